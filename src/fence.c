@@ -1,0 +1,223 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence.c
+ *	  The fence check and its SQL functions: fence, try_fence,
+ *	  current_token and reset.
+ *
+ * A check is answered from the transaction's cache when this transaction
+ * already fenced the same token for the resource (its row is locked by us
+ * until we end), and from the fence table otherwise.
+ *
+ * IDENTIFICATION
+ *	  src/fence.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "lockfence.h"
+
+PG_FUNCTION_INFO_V1(lockfence_fence);
+PG_FUNCTION_INFO_V1(lockfence_try_fence);
+PG_FUNCTION_INFO_V1(lockfence_current_token);
+PG_FUNCTION_INFO_V1(lockfence_reset);
+
+/*
+ * Reject an empty or over-long resource name.
+ */
+void
+lockfence_validate_resource(const char *resource)
+{
+	size_t		len = strlen(resource);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fencing resource name must not be empty")));
+	if (len > LOCKFENCE_MAX_RESOURCE_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("fencing resource name is too long"),
+				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
+						   len, LOCKFENCE_MAX_RESOURCE_BYTES)));
+}
+
+/*
+ * Reject a negative token: lock services hand out non-negative ones, and a
+ * negative token is a sign of a bug in the caller.
+ */
+void
+lockfence_validate_token(int64 token)
+{
+	if (token < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("fencing token must not be negative"),
+				 errdetail("The token presented was " INT64_FORMAT ".", token)));
+}
+
+/*
+ * Raise the error for a rejected token.
+ */
+void
+lockfence_report_rejection(const char *resource, int64 token,
+						   const char *holder, const FenceOutcome *outcome)
+{
+	if (outcome->verdict == FENCE_HOLDER_CONFLICT)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_STALE_TOKEN),
+				 errmsg("fencing token for resource \"%s\" belongs to another holder",
+						resource),
+				 errdetail("Token " INT64_FORMAT " was accepted from holder \"%s\" and is now presented by holder \"%s\".",
+						   token, outcome->highest_holder, holder),
+				 errhint("The lock protecting this resource was lost or handed out twice; acquire it again to get a new token.")));
+
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_STALE_TOKEN),
+			 errmsg("stale fencing token for resource \"%s\"", resource),
+			 errdetail("Token " INT64_FORMAT " was presented, but token " INT64_FORMAT " has already been accepted.",
+					   token, outcome->highest),
+			 errhint("The lock protecting this resource was lost; acquire it again to get a new token.")));
+}
+
+/*
+ * Check token (with an optional holder) for resource in the current
+ * transaction.  On acceptance the fence is advanced if the token is higher
+ * and the fence row stays locked until the transaction ends.  On rejection,
+ * raise an error if raise_error, else return false.
+ */
+bool
+lockfence_check(const char *resource, int64 token, const char *holder,
+				bool raise_error)
+{
+	int64		cached_token;
+	const char *cached_holder;
+	FenceOutcome outcome;
+
+	lockfence_validate_resource(resource);
+	lockfence_validate_token(token);
+
+	if (fence_cache_lookup(resource, &cached_token, &cached_holder) &&
+		cached_token == token &&
+		(cached_holder == NULL || holder == NULL ||
+		 strcmp(cached_holder, holder) == 0))
+		return true;
+
+	fence_store_check(resource, token, holder, &outcome);
+	if (outcome.verdict == FENCE_ACCEPTED)
+	{
+		fence_cache_remember(resource, outcome.highest, outcome.highest_holder);
+		return true;
+	}
+
+	if (raise_error)
+		lockfence_report_rejection(resource, token, holder, &outcome);
+	return false;
+}
+
+/*
+ * Read the (resource, token, holder) arguments shared by fence and
+ * try_fence; resource and token must not be NULL.
+ */
+static void
+fence_args(FunctionCallInfo fcinfo, char **resource, int64 *token,
+		   char **holder)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing token must not be null"),
+				 errhint("A write without a token cannot be fenced; pass the token of the lock you hold.")));
+	*resource = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	*token = PG_GETARG_INT64(1);
+	*holder = (PG_NARGS() > 2 && !PG_ARGISNULL(2)) ?
+		text_to_cstring(PG_GETARG_TEXT_PP(2)) : NULL;
+}
+
+/*
+ * lockfence.fence(resource text, token bigint, holder text DEFAULT NULL)
+ *
+ * Accept token for resource in this transaction, or raise an error with
+ * SQLSTATE LF001.  Returns the token.
+ */
+Datum
+lockfence_fence(PG_FUNCTION_ARGS)
+{
+	char	   *resource;
+	int64		token;
+	char	   *holder;
+
+	fence_args(fcinfo, &resource, &token, &holder);
+	lockfence_check(resource, token, holder, true);
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * lockfence.try_fence(resource text, token bigint, holder text DEFAULT NULL)
+ *
+ * Like fence, but returns false instead of raising on a rejected token.
+ * Invalid arguments still raise.
+ */
+Datum
+lockfence_try_fence(PG_FUNCTION_ARGS)
+{
+	char	   *resource;
+	int64		token;
+	char	   *holder;
+
+	fence_args(fcinfo, &resource, &token, &holder);
+	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false));
+}
+
+/*
+ * lockfence.current_token(resource text) returns the highest token accepted
+ * for resource, or NULL if none was.
+ */
+Datum
+lockfence_current_token(PG_FUNCTION_ARGS)
+{
+	char	   *resource;
+	int64		token;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource must not be null")));
+	resource = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	lockfence_validate_resource(resource);
+
+	if (!fence_store_current(resource, &token))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * lockfence.reset(resource text) forgets the fence of resource, so that the
+ * next token of any value is accepted.  For operators (not executable by
+ * PUBLIC): e.g. after moving a resource to a lock service whose tokens
+ * start lower.  Returns false if the resource had no fence.
+ */
+Datum
+lockfence_reset(PG_FUNCTION_ARGS)
+{
+	char	   *resource;
+	bool		found;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource must not be null")));
+	resource = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	lockfence_validate_resource(resource);
+
+	found = fence_store_delete(resource);
+	fence_cache_forget(resource);
+	PG_RETURN_BOOL(found);
+}

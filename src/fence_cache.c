@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_cache.c
+ *	  Per-transaction memory of the tokens this transaction has fenced.
+ *
+ * Once a transaction has fenced (resource, token), the fence row is locked
+ * by this transaction until it ends, so the same check can be answered
+ * without touching the table again: that keeps bulk writes to protected
+ * tables cheap.  The protected-table trigger also reads the cache to find
+ * the token a transaction established with lockfence.fence().
+ *
+ * The cache must be exactly as transactional as the row locks it stands
+ * for.  Each resource therefore has a stack of versions, each tagged with
+ * the subtransaction that made it: rolling back a savepoint pops the
+ * versions made inside it (restoring what was true before), committing a
+ * subtransaction hands its versions to the parent, and the end of the top
+ * transaction forgets everything.
+ *
+ * IDENTIFICATION
+ *	  src/fence_cache.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "lockfence.h"
+
+/* One version of what the transaction knows about a resource. */
+typedef struct CachedFence
+{
+	int64		token;			/* fenced token, or -1: reset, not fenced */
+	char	   *holder;			/* holder recorded with the token, or NULL */
+	SubTransactionId subid;		/* subtransaction that made this version */
+	struct CachedFence *older;	/* version it shadows, or NULL */
+} CachedFence;
+
+typedef struct FenceCacheEntry
+{
+	char		resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1]; /* hash key */
+	CachedFence *newest;
+} FenceCacheEntry;
+
+/* Everything lives in this context and is reset at transaction end. */
+static MemoryContext FenceCacheContext = NULL;
+static HTAB *FenceCache = NULL;
+
+/*
+ * Upper bound of the subtransaction ids tagging cached versions, so that
+ * subtransactions which cached nothing (every PL/pgSQL exception block)
+ * do not pay for a walk over the cache.
+ */
+static SubTransactionId FenceCacheMaxSubid = InvalidSubTransactionId;
+
+static void fence_cache_xact_callback(XactEvent event, void *arg);
+static void fence_cache_subxact_callback(SubXactEvent event,
+										 SubTransactionId mySubid,
+										 SubTransactionId parentSubid,
+										 void *arg);
+
+/*
+ * Register the transaction callbacks; called once from _PG_init.
+ */
+void
+fence_cache_init(void)
+{
+	FenceCacheContext = AllocSetContextCreate(TopMemoryContext,
+											  "lockfence fence cache",
+											  ALLOCSET_SMALL_SIZES);
+	RegisterXactCallback(fence_cache_xact_callback, NULL);
+	RegisterSubXactCallback(fence_cache_subxact_callback, NULL);
+}
+
+static void
+fence_cache_reset(void)
+{
+	if (FenceCache == NULL)
+		return;
+	MemoryContextReset(FenceCacheContext);
+	FenceCache = NULL;
+	FenceCacheMaxSubid = InvalidSubTransactionId;
+}
+
+/*
+ * Push a version for resource in the current subtransaction, or overwrite
+ * the one this subtransaction already made.
+ */
+static void
+fence_cache_push(const char *resource, int64 token, const char *holder)
+{
+	FenceCacheEntry *entry;
+	CachedFence *version;
+	SubTransactionId subid = GetCurrentSubTransactionId();
+	bool		found;
+
+	if (FenceCache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = LOCKFENCE_MAX_RESOURCE_BYTES + 1;
+		ctl.entrysize = sizeof(FenceCacheEntry);
+		ctl.hcxt = FenceCacheContext;
+		FenceCache = hash_create("lockfence fence cache", 16, &ctl,
+								 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+
+	entry = hash_search(FenceCache, resource, HASH_ENTER, &found);
+	if (!found)
+		entry->newest = NULL;
+
+	version = entry->newest;
+	if (version == NULL || version->subid != subid)
+	{
+		version = MemoryContextAlloc(FenceCacheContext, sizeof(CachedFence));
+		version->subid = subid;
+		version->older = entry->newest;
+		entry->newest = version;
+	}
+	else if (version->holder != NULL)
+		pfree(version->holder);
+
+	version->token = token;
+	version->holder = holder ? MemoryContextStrdup(FenceCacheContext, holder) : NULL;
+
+	if (subid > FenceCacheMaxSubid)
+		FenceCacheMaxSubid = subid;
+}
+
+/*
+ * The token (and its holder) this transaction has fenced for resource.
+ * Returns false when the transaction has not fenced it.
+ */
+bool
+fence_cache_lookup(const char *resource, int64 *token, const char **holder)
+{
+	FenceCacheEntry *entry;
+
+	if (FenceCache == NULL)
+		return false;
+	entry = hash_search(FenceCache, resource, HASH_FIND, NULL);
+	if (entry == NULL || entry->newest->token < 0)
+		return false;
+	*token = entry->newest->token;
+	*holder = entry->newest->holder;
+	return true;
+}
+
+/*
+ * Remember that this transaction fenced resource with token: its fence row
+ * is now locked by us until the transaction (or this subtransaction) ends.
+ */
+void
+fence_cache_remember(const char *resource, int64 token, const char *holder)
+{
+	Assert(token >= 0);
+	fence_cache_push(resource, token, holder);
+}
+
+/*
+ * Forget resource, e.g. after lockfence.reset() deleted its row.  This is a
+ * version of its own, so rolling back the reset brings the old one back.
+ */
+void
+fence_cache_forget(const char *resource)
+{
+	if (FenceCache == NULL ||
+		hash_search(FenceCache, resource, HASH_FIND, NULL) == NULL)
+		return;
+	fence_cache_push(resource, -1, NULL);
+}
+
+static void
+fence_cache_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			fence_cache_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+fence_cache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							 SubTransactionId parentSubid, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	FenceCacheEntry *entry;
+
+	if (FenceCache == NULL || FenceCacheMaxSubid < mySubid)
+		return;
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+
+	hash_seq_init(&status, FenceCache);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		CachedFence *version = entry->newest;
+
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			/* Drop what the subtransaction (and its children) made. */
+			while (version != NULL && version->subid >= mySubid)
+			{
+				CachedFence *older = version->older;
+
+				if (version->holder != NULL)
+					pfree(version->holder);
+				pfree(version);
+				version = older;
+			}
+			entry->newest = version;
+			if (version == NULL)
+				hash_search(FenceCache, entry->resource, HASH_REMOVE, NULL);
+		}
+		else if (version->subid >= mySubid)
+		{
+			/* Children have already merged into mySubid; merge into parent. */
+			CachedFence *older = version->older;
+
+			version->subid = parentSubid;
+			if (older != NULL && older->subid == parentSubid)
+			{
+				version->older = older->older;
+				if (older->holder != NULL)
+					pfree(older->holder);
+				pfree(older);
+			}
+		}
+	}
+	FenceCacheMaxSubid = parentSubid;
+}

@@ -1,0 +1,316 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_store.c
+ *	  Reading and advancing the fence table lockfence.fences.
+ *
+ * The table is the durable record of the highest token accepted per
+ * resource.  All access goes through SPI plans prepared once per backend,
+ * with every operator schema-qualified, run as the table's owner: callers
+ * have no write privilege on the table, and their search_path cannot
+ * redirect anything.
+ *
+ * A check takes a row lock that lasts until the caller's transaction ends,
+ * which is what makes the fence linearizable with the protected write:
+ *
+ *	- An equal token (the common case: one holder writing many times under
+ *	  one lock) takes FOR SHARE, so such writers never block each other.
+ *	- A higher token updates the row, which waits for every sharer and any
+ *	  other advancer of the same resource, and then re-checks the newest
+ *	  row version (ON CONFLICT DO UPDATE ... WHERE).
+ *	- A lower token is rejected from a plain read and locks nothing.
+ *
+ * Under REPEATABLE READ and SERIALIZABLE, locking a row that a concurrent
+ * transaction advanced after our snapshot raises a serialization failure;
+ * a stale token is never accepted.
+ *
+ * IDENTIFICATION
+ *	  src/fence_store.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "lockfence.h"
+
+/* The statements, and their saved plans (prepared on first use). */
+typedef enum FenceStatement
+{
+	FENCE_SHARE_EQUAL,
+	FENCE_READ,
+	FENCE_ADVANCE,
+	FENCE_DELETE,
+	FENCE_NUM_STATEMENTS
+} FenceStatement;
+
+static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
+	/* FENCE_SHARE_EQUAL: lock the row if it holds exactly this token */
+	"SELECT token, holder FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1"
+	" AND token OPERATOR(pg_catalog.=) $2"
+	" AND (holder IS NULL OR $3 IS NULL OR holder OPERATOR(pg_catalog.=) $3)"
+	" FOR SHARE",
+
+	/* FENCE_READ */
+	"SELECT token, holder FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1",
+
+	/* FENCE_ADVANCE: insert, or raise the recorded token */
+	"INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)"
+	" VALUES ($1, $2, pg_catalog.statement_timestamp(), $3)"
+	" ON CONFLICT (resource) DO UPDATE"
+	" SET token = excluded.token, accepted_at = excluded.accepted_at,"
+	" holder = excluded.holder"
+	" WHERE f.token OPERATOR(pg_catalog.<) excluded.token"
+	" RETURNING token",
+
+	/* FENCE_DELETE */
+	"DELETE FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1"
+	" RETURNING token",
+};
+
+static SPIPlanPtr fence_plans[FENCE_NUM_STATEMENTS];
+
+/*
+ * The owner of lockfence.fences, as whom the statements run.  Looked up on
+ * every use: DROP and CREATE EXTENSION may change it within a session.
+ */
+static Oid
+fence_table_owner(void)
+{
+	Oid			nspid = get_namespace_oid("lockfence", false);
+	Oid			relid = get_relname_relid("fences", nspid);
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"lockfence.fences\" does not exist"),
+				 errhint("Reinstall the extension with DROP EXTENSION lockfence and CREATE EXTENSION lockfence.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * Run one statement with (resource, token, holder) as parameters; token
+ * and holder are ignored by statements that do not use them.  Returns the
+ * number of rows processed; the rows are in SPI_tuptable.
+ */
+static uint64
+fence_execute(FenceStatement stmt, const char *resource, int64 token,
+			  const char *holder)
+{
+	static const Oid argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	int			rc;
+
+	if (fence_plans[stmt] == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(fence_statement_sql[stmt], 3,
+									   (Oid *) argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for lockfence statement %d: %s",
+				 (int) stmt, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		fence_plans[stmt] = plan;
+	}
+
+	values[0] = CStringGetTextDatum(resource);
+	values[1] = Int64GetDatum(token);
+	if (holder != NULL)
+		values[2] = CStringGetTextDatum(holder);
+	else
+	{
+		values[2] = (Datum) 0;
+		nulls[2] = 'n';
+	}
+
+	rc = SPI_execute_plan(fence_plans[stmt], values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for lockfence statement %d: %s",
+			 (int) stmt, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Copy (token, holder) of the first result row into the outcome, in the
+ * caller's memory context (SPI's goes away at SPI_finish).
+ */
+static void
+fence_fetch_row(FenceOutcome *outcome, MemoryContext callercxt)
+{
+	HeapTuple	tuple = SPI_tuptable->vals[0];
+	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+	bool		isnull;
+	Datum		d;
+
+	outcome->highest = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+	d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
+	outcome->highest_holder = isnull ? NULL :
+		MemoryContextStrdup(callercxt, TextDatumGetCString(d));
+}
+
+static bool
+holders_conflict(const char *recorded, const char *presented)
+{
+	return recorded != NULL && presented != NULL &&
+		strcmp(recorded, presented) != 0;
+}
+
+/* Judge a token against the row just read into outcome. */
+static void
+fence_judge(FenceOutcome *outcome, int64 token, const char *holder)
+{
+	if (token < outcome->highest)
+		outcome->verdict = FENCE_STALE;
+	else if (token == outcome->highest &&
+			 holders_conflict(outcome->highest_holder, holder))
+		outcome->verdict = FENCE_HOLDER_CONFLICT;
+	else
+		outcome->verdict = FENCE_ACCEPTED;
+}
+
+/*
+ * Enter the fence table's context: run as its owner, connected to SPI.
+ * An error between enter and leave needs no cleanup here: transaction
+ * abort restores the user id and closes SPI.
+ */
+typedef struct FenceStoreState
+{
+	Oid			save_userid;
+	int			save_sec_context;
+} FenceStoreState;
+
+static void
+fence_store_enter(FenceStoreState *state)
+{
+	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
+	SetUserIdAndSecContext(fence_table_owner(),
+						   state->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+fence_store_leave(FenceStoreState *state)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(state->save_userid, state->save_sec_context);
+}
+
+/*
+ * Check token for resource against the fence table in the current
+ * transaction, advancing the fence when the token is higher.  The verdict
+ * and the fence as it stands afterwards are returned in *outcome.
+ */
+void
+fence_store_check(const char *resource, int64 token, const char *holder,
+				  FenceOutcome *outcome)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	FenceStoreState state;
+
+	fence_store_enter(&state);
+
+	/* The common case: the token already recorded, by a compatible holder. */
+	if (fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
+	{
+		fence_fetch_row(outcome, callercxt);
+		outcome->verdict = FENCE_ACCEPTED;
+		fence_store_leave(&state);
+		return;
+	}
+
+	/* Lower, or equal from another holder: reject, and lock nothing. */
+	if (fence_execute(FENCE_READ, resource, token, holder) == 1)
+	{
+		fence_fetch_row(outcome, callercxt);
+		fence_judge(outcome, token, holder);
+		if (outcome->verdict != FENCE_ACCEPTED)
+		{
+			fence_store_leave(&state);
+			return;
+		}
+	}
+
+	if (fence_execute(FENCE_ADVANCE, resource, token, holder) == 1)
+	{
+		outcome->verdict = FENCE_ACCEPTED;
+		outcome->highest = token;
+		outcome->highest_holder = holder ?
+			MemoryContextStrdup(callercxt, holder) : NULL;
+	}
+	else
+	{
+		/*
+		 * The row already holds this token or a higher one (recorded
+		 * concurrently, or between our statements).  ON CONFLICT has
+		 * locked the row for us, so this read sees its newest version and
+		 * the verdict holds until our transaction ends.
+		 */
+		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
+			elog(ERROR, "fence row for resource \"%s\" vanished while locked",
+				 resource);
+		fence_fetch_row(outcome, callercxt);
+		fence_judge(outcome, token, holder);
+	}
+
+	fence_store_leave(&state);
+}
+
+/*
+ * The highest token accepted for resource, as this transaction's snapshot
+ * sees it.  Returns false for an unknown resource.
+ */
+bool
+fence_store_current(const char *resource, int64 *token)
+{
+	FenceStoreState state;
+	FenceOutcome outcome;
+	bool		found;
+
+	fence_store_enter(&state);
+	found = fence_execute(FENCE_READ, resource, 0, NULL) == 1;
+	if (found)
+	{
+		fence_fetch_row(&outcome, CurrentMemoryContext);
+		*token = outcome.highest;
+	}
+	fence_store_leave(&state);
+	return found;
+}
+
+/*
+ * Delete the fence row of resource.  Returns false if there was none.
+ */
+bool
+fence_store_delete(const char *resource)
+{
+	FenceStoreState state;
+	bool		found;
+
+	fence_store_enter(&state);
+	found = fence_execute(FENCE_DELETE, resource, 0, NULL) == 1;
+	fence_store_leave(&state);
+	return found;
+}

@@ -1,0 +1,470 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_trigger.c
+ *	  lockfence.fence_trigger(): fail-closed fencing of protected tables.
+ *
+ * A BEFORE ROW trigger on INSERT, UPDATE and DELETE (and a BEFORE
+ * STATEMENT trigger on TRUNCATE) rejects every write that does not carry
+ * an acceptable token.  Trigger arguments are key=value pairs:
+ *
+ *	resource=NAME			the resource is the fixed name NAME, or
+ *	resource_column=COL		the resource is the row's COL value,
+ *	resource_prefix=TEXT	  optionally prefixed with TEXT;
+ *	token_column=COL		the token may come from the bigint COL of the
+ *							  new row (else: this transaction's fence);
+ *	holder_column=COL		the holder comes from the row's COL.
+ *
+ * The token of a row counts only if the write sets it: the token column of
+ * an INSERT, or a token column named in an UPDATE's SET list.  A value the
+ * UPDATE merely carries over from the old row proves nothing about the
+ * writer.  Rows without a token use the token this transaction fenced for
+ * the resource with lockfence.fence(); a write with neither is rejected.
+ *
+ * The same validation runs when the trigger is created (from the
+ * extension's event trigger, through lockfence.check_trigger()) and on the
+ * first row of every statement, so that a later ALTER TABLE cannot turn
+ * the trigger into a silent pass.
+ *
+ * IDENTIFICATION
+ *	  src/fence_trigger.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/sysattr.h"
+#include "access/table.h"
+#include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "nodes/bitmapset.h"
+#include "parser/parse_relation.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#include "lockfence.h"
+
+PG_FUNCTION_INFO_V1(lockfence_fence_trigger);
+PG_FUNCTION_INFO_V1(lockfence_check_trigger);
+
+/* A trigger's arguments, bound to its table; kept in fn_extra. */
+typedef struct FenceTriggerConfig
+{
+	char	   *resource;		/* fixed resource, or NULL */
+	AttrNumber	resource_attnum;	/* resource column, or 0 */
+	char	   *resource_column;
+	char	   *resource_prefix;	/* "" when not given */
+	FmgrInfo	resource_out;	/* output function of the resource column */
+	AttrNumber	token_attnum;	/* token column, or 0 */
+	char	   *token_column;
+	AttrNumber	holder_attnum;	/* holder column, or 0 */
+	FmgrInfo	holder_out;
+} FenceTriggerConfig;
+
+/*
+ * Refuse trigger definitions that could let a write through unchecked.
+ */
+static void
+fence_trigger_check_definition(Trigger *trigger, Relation rel)
+{
+	const char *relname = RelationGetRelationName(rel);
+	int16		tgtype = trigger->tgtype;
+
+	if (!TRIGGER_FOR_BEFORE(tgtype))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("trigger \"%s\" on table \"%s\" must fire BEFORE the write",
+						trigger->tgname, relname),
+				 errdetail("An AFTER or INSTEAD OF trigger cannot stop a write it does not see first.")));
+
+	if (TRIGGER_FOR_ROW(tgtype))
+	{
+		if (!TRIGGER_FOR_INSERT(tgtype) || !TRIGGER_FOR_UPDATE(tgtype) ||
+			!TRIGGER_FOR_DELETE(tgtype))
+			ereport(ERROR,
+					(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+					 errmsg("trigger \"%s\" on table \"%s\" must fire on INSERT, UPDATE and DELETE",
+							trigger->tgname, relname),
+					 errdetail("A write of a kind the trigger does not cover would proceed without a token.")));
+		if (trigger->tgnattr > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+					 errmsg("trigger \"%s\" on table \"%s\" must not be limited to UPDATE OF columns",
+							trigger->tgname, relname),
+					 errdetail("An UPDATE of other columns would proceed without a token.")));
+		if (trigger->tgqual != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+					 errmsg("trigger \"%s\" on table \"%s\" must not have a WHEN condition",
+							trigger->tgname, relname),
+					 errdetail("A row the condition skips would be written without a token.")));
+	}
+	else if (tgtype != (TRIGGER_TYPE_BEFORE | TRIGGER_TYPE_TRUNCATE))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("statement-level trigger \"%s\" on table \"%s\" must fire on TRUNCATE only",
+						trigger->tgname, relname),
+				 errhint("Fence rows with FOR EACH ROW on INSERT, UPDATE and DELETE, and TRUNCATE with a separate FOR EACH STATEMENT trigger.")));
+}
+
+/*
+ * Look up a column named in a trigger argument.
+ */
+static AttrNumber
+fence_trigger_column(Relation rel, const char *key, const char *column,
+					 Oid required_type)
+{
+	AttrNumber	attnum = attnameAttNum(rel, column, false);
+	Form_pg_attribute att;
+
+	if (attnum == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" does not exist in table \"%s\"",
+						column, key, RelationGetRelationName(rel))));
+
+	att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+	if (OidIsValid(required_type) && att->atttypid != required_type)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must be of type %s",
+						column, key, format_type_be(required_type)),
+				 errdetail("Column \"%s\" of table \"%s\" is of type %s.",
+						   column, RelationGetRelationName(rel),
+						   format_type_be(att->atttypid))));
+	return attnum;
+}
+
+static void
+fence_trigger_output_function(Relation rel, AttrNumber attnum, FmgrInfo *out,
+							  MemoryContext mcxt)
+{
+	Oid			typoutput;
+	bool		typisvarlena;
+
+	getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid,
+					  &typoutput, &typisvarlena);
+	fmgr_info_cxt(typoutput, out, mcxt);
+}
+
+/* The keys a trigger argument may have, in the order of their slots. */
+typedef enum FenceTriggerKey
+{
+	KEY_RESOURCE,
+	KEY_RESOURCE_COLUMN,
+	KEY_RESOURCE_PREFIX,
+	KEY_TOKEN_COLUMN,
+	KEY_HOLDER_COLUMN,
+	NUM_KEYS
+} FenceTriggerKey;
+
+static const char *const fence_trigger_keys[NUM_KEYS] = {
+	"resource", "resource_column", "resource_prefix", "token_column",
+	"holder_column"
+};
+
+/*
+ * Split the trigger's key=value arguments into values[], one per key.
+ */
+static void
+fence_trigger_parse_args(Trigger *trigger, char **values, MemoryContext mcxt)
+{
+	int			i;
+
+	for (i = 0; i < trigger->tgnargs; i++)
+	{
+		const char *arg = trigger->tgargs[i];
+		const char *eq = strchr(arg, '=');
+		int			k;
+
+		for (k = 0; k < NUM_KEYS && eq != NULL; k++)
+		{
+			if (strlen(fence_trigger_keys[k]) == (size_t) (eq - arg) &&
+				strncmp(arg, fence_trigger_keys[k], eq - arg) == 0)
+				break;
+		}
+		if (eq == NULL || k == NUM_KEYS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid lockfence trigger argument \"%s\"", arg),
+					 errhint("Arguments are key=value, with the keys resource, resource_column, resource_prefix, token_column and holder_column.")));
+		if (values[k] != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lockfence trigger argument \"%s\" is given more than once",
+							fence_trigger_keys[k])));
+		values[k] = MemoryContextStrdup(mcxt, eq + 1);
+	}
+}
+
+/*
+ * Parse and validate a trigger's definition against its table, into a
+ * config allocated in mcxt.
+ */
+static FenceTriggerConfig *
+fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
+{
+	FenceTriggerConfig *config;
+	char	   *values[NUM_KEYS] = {NULL};
+
+	fence_trigger_check_definition(trigger, rel);
+	fence_trigger_parse_args(trigger, values, mcxt);
+
+	config = MemoryContextAllocZero(mcxt, sizeof(FenceTriggerConfig));
+	config->resource = values[KEY_RESOURCE];
+	config->resource_column = values[KEY_RESOURCE_COLUMN];
+	config->resource_prefix = values[KEY_RESOURCE_PREFIX] ?
+		values[KEY_RESOURCE_PREFIX] : "";
+	config->token_column = values[KEY_TOKEN_COLUMN];
+
+	if ((config->resource == NULL) == (config->resource_column == NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lockfence trigger \"%s\" needs exactly one of the arguments resource=NAME and resource_column=COLUMN",
+						trigger->tgname)));
+	if (config->resource != NULL)
+	{
+		if (values[KEY_RESOURCE_PREFIX] != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lockfence trigger argument \"resource_prefix\" requires \"resource_column\"")));
+		lockfence_validate_resource(config->resource);
+	}
+	else
+	{
+		config->resource_attnum = fence_trigger_column(rel, "resource_column",
+													   config->resource_column,
+													   InvalidOid);
+		fence_trigger_output_function(rel, config->resource_attnum,
+									  &config->resource_out, mcxt);
+	}
+
+	if (config->token_column != NULL)
+		config->token_attnum = fence_trigger_column(rel, "token_column",
+													config->token_column,
+													INT8OID);
+	if (values[KEY_HOLDER_COLUMN] != NULL)
+	{
+		config->holder_attnum = fence_trigger_column(rel, "holder_column",
+													 values[KEY_HOLDER_COLUMN],
+													 InvalidOid);
+		fence_trigger_output_function(rel, config->holder_attnum,
+									  &config->holder_out, mcxt);
+	}
+	return config;
+}
+
+/*
+ * The resource a row belongs to.
+ */
+static char *
+fence_trigger_resource(FenceTriggerConfig *config, HeapTuple tuple,
+					   TupleDesc tupdesc)
+{
+	Datum		value;
+	bool		isnull;
+	char	   *resource;
+
+	if (config->resource != NULL)
+		return config->resource;
+
+	value = heap_getattr(tuple, config->resource_attnum, tupdesc, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("resource column \"%s\" of a protected row is null",
+						config->resource_column),
+				 errdetail("A row without a resource cannot be fenced.")));
+	resource = OutputFunctionCall(&config->resource_out, value);
+	if (config->resource_prefix[0] != '\0')
+		resource = psprintf("%s%s", config->resource_prefix, resource);
+	lockfence_validate_resource(resource);
+	return resource;
+}
+
+static void
+fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
+							 const char *resource)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+			 errmsg("write to protected table \"%s\" carries no fencing token",
+					RelationGetRelationName(rel)),
+			 config->token_column ?
+			 errdetail("Resource \"%s\" was not fenced in this transaction, and the write does not set column \"%s\".",
+					   resource, config->token_column) :
+			 errdetail("Resource \"%s\" was not fenced in this transaction.",
+					   resource),
+			 errhint("Call lockfence.fence() with the token of the lock you hold for this resource before writing.")));
+}
+
+/*
+ * Fence one resource for a row write.  The token is the row's own when the
+ * write sets one (token_column), else this transaction's for the resource.
+ */
+static void
+fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
+				  HeapTuple tuple, const char *resource, bool row_sets_token)
+{
+	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	int64		token;
+	const char *holder = NULL;
+
+	if (row_sets_token)
+	{
+		bool		isnull;
+		Datum		value;
+
+		value = heap_getattr(tuple, config->token_attnum, tupdesc, &isnull);
+		if (!isnull)
+		{
+			token = DatumGetInt64(value);
+			if (config->holder_attnum != 0)
+			{
+				value = heap_getattr(tuple, config->holder_attnum, tupdesc,
+									 &isnull);
+				if (!isnull)
+					holder = OutputFunctionCall(&config->holder_out, value);
+			}
+			lockfence_check(resource, token, holder, true);
+			return;
+		}
+	}
+
+	if (!fence_cache_lookup(resource, &token, &holder))
+		fence_trigger_report_missing(config, trigdata->tg_relation, resource);
+}
+
+/*
+ * Does this write set the token column itself?
+ */
+static bool
+fence_trigger_sets_token(FenceTriggerConfig *config, TriggerData *trigdata)
+{
+	if (config->token_attnum == 0)
+		return false;
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		return true;
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		return bms_is_member(config->token_attnum - FirstLowInvalidHeapAttributeNumber,
+							 trigdata->tg_updatedcols);
+	return false;
+}
+
+/*
+ * lockfence.fence_trigger()
+ */
+Datum
+lockfence_fence_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	FenceTriggerConfig *config;
+	TupleDesc	tupdesc;
+	HeapTuple	tuple;
+	char	   *resource;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("lockfence.fence_trigger() was not called by the trigger manager")));
+
+	/* Validate once per statement; the table may have changed since. */
+	config = (FenceTriggerConfig *) fcinfo->flinfo->fn_extra;
+	if (config == NULL)
+	{
+		config = fence_trigger_configure(trigdata->tg_trigger,
+										 trigdata->tg_relation,
+										 fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = config;
+	}
+
+	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+	{
+		int64		token;
+		const char *holder;
+
+		if (config->resource == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+					 errmsg("cannot truncate protected table \"%s\"",
+							RelationGetRelationName(trigdata->tg_relation)),
+					 errdetail("Its rows belong to many resources, and TRUNCATE cannot be fenced for each of them."),
+					 errhint("Use DELETE, which is fenced row by row.")));
+		if (!fence_cache_lookup(config->resource, &token, &holder))
+			fence_trigger_report_missing(config, trigdata->tg_relation,
+										 config->resource);
+		return PointerGetDatum(NULL);
+	}
+
+	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+
+	resource = fence_trigger_resource(config, tuple, tupdesc);
+	fence_trigger_row(config, trigdata, tuple, resource,
+					  fence_trigger_sets_token(config, trigdata));
+
+	/* A row moving to another resource must be fenced for both. */
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && config->resource == NULL)
+	{
+		char	   *old_resource = fence_trigger_resource(config,
+														  trigdata->tg_trigtuple,
+														  tupdesc);
+
+		if (strcmp(old_resource, resource) != 0)
+			fence_trigger_row(config, trigdata, trigdata->tg_trigtuple,
+							  old_resource, false);
+	}
+
+	return PointerGetDatum(tuple);
+}
+
+/*
+ * lockfence.check_trigger(trigger_oid oid)
+ *
+ * Validate a lockfence trigger, as the extension's event trigger does right
+ * after CREATE TRIGGER, so that misuse is reported when it is made.
+ */
+Datum
+lockfence_check_trigger(PG_FUNCTION_ARGS)
+{
+	Oid			tgoid = PG_GETARG_OID(0);
+	Relation	tgrel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tgtuple;
+	Oid			relid;
+	Relation	rel;
+	TriggerDesc *trigdesc;
+	int			i;
+
+	tgrel = table_open(TriggerRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(tgoid));
+	scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &key);
+	tgtuple = systable_getnext(scan);
+	if (!HeapTupleIsValid(tgtuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("trigger with OID %u does not exist", tgoid)));
+	relid = ((Form_pg_trigger) GETSTRUCT(tgtuple))->tgrelid;
+	systable_endscan(scan);
+	table_close(tgrel, AccessShareLock);
+
+	rel = table_open(relid, AccessShareLock);
+	trigdesc = rel->trigdesc;
+	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		if (trigdesc->triggers[i].tgoid == tgoid)
+			(void) fence_trigger_configure(&trigdesc->triggers[i], rel,
+										   CurrentMemoryContext);
+	}
+	table_close(rel, AccessShareLock);
+
+	PG_RETURN_VOID();
+}

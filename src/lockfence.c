@@ -1,0 +1,34 @@
+/*-------------------------------------------------------------------------
+ *
+ * lockfence.c
+ *	  Module initialization of the lockfence extension.
+ *
+ * The fence itself needs no preloading: _PG_init only registers the
+ * per-transaction cache callbacks and the configuration parameters.
+ *
+ * IDENTIFICATION
+ *	  src/lockfence.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "lockfence.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/*
+ * Module load callback.
+ */
+void
+_PG_init(void)
+{
+	fence_cache_init();
+
+	MarkGUCPrefixReserved("lockfence");
+}

@@ -1,0 +1,68 @@
+/*-------------------------------------------------------------------------
+ *
+ * lockfence.h
+ *	  Declarations shared by the modules of the lockfence extension.
+ *
+ * IDENTIFICATION
+ *	  src/lockfence.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOCKFENCE_H
+#define LOCKFENCE_H
+
+#include "postgres.h"
+
+/*
+ * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
+ * the SQL standard and PostgreSQL use, and outside class 40, so drivers do
+ * not retry a rejected write on their own: a lost lock must be acquired
+ * again, and retrying with the same token can never succeed.
+ */
+#define ERRCODE_LOCKFENCE_STALE_TOKEN		MAKE_SQLSTATE('L','F','0','0','1')
+#define ERRCODE_LOCKFENCE_MISSING_TOKEN		MAKE_SQLSTATE('L','F','0','0','2')
+#define ERRCODE_LOCKFENCE_LOCK_LOST			MAKE_SQLSTATE('L','F','0','0','3')
+
+/* Longest resource name accepted, in bytes (documented in README.md). */
+#define LOCKFENCE_MAX_RESOURCE_BYTES	255
+
+/* Outcome of checking a token against the recorded fence. */
+typedef enum FenceVerdict
+{
+	FENCE_ACCEPTED,				/* token >= highest, holder compatible */
+	FENCE_STALE,				/* token < highest accepted */
+	FENCE_HOLDER_CONFLICT		/* token == highest, other holder */
+} FenceVerdict;
+
+/* What the fence table said about a check; filled for every verdict. */
+typedef struct FenceOutcome
+{
+	FenceVerdict verdict;
+	int64		highest;		/* highest token accepted, after the check */
+	char	   *highest_holder; /* its holder, or NULL when unknown */
+} FenceOutcome;
+
+/* fence.c */
+extern void lockfence_validate_resource(const char *resource);
+extern void lockfence_validate_token(int64 token);
+extern bool lockfence_check(const char *resource, int64 token,
+							const char *holder, bool raise_error);
+extern void lockfence_report_rejection(const char *resource, int64 token,
+									   const char *holder,
+									   const FenceOutcome *outcome);
+
+/* fence_store.c: the fence table, read and written through SPI */
+extern void fence_store_check(const char *resource, int64 token,
+							  const char *holder, FenceOutcome *outcome);
+extern bool fence_store_current(const char *resource, int64 *token);
+extern bool fence_store_delete(const char *resource);
+
+/* fence_cache.c: tokens this transaction has already fenced */
+extern void fence_cache_init(void);
+extern bool fence_cache_lookup(const char *resource, int64 *token,
+							   const char **holder);
+extern void fence_cache_remember(const char *resource, int64 token,
+								 const char *holder);
+extern void fence_cache_forget(const char *resource);
+
+#endif							/* LOCKFENCE_H */
