@@ -71,18 +71,48 @@ for v in "${VARIANTS[@]}"; do
 done
 chown postgres: "$WORK"/b1_*.sql
 
-# One pgbench run; prints its TPS.
+# CPU time of the postmaster's exited children, in clock ticks: a backend's
+# CPU time is added when it exits.  Read while no backend is running.
+PMPID=$(head -1 "$WORK/data/postmaster.pid")
+TICKS=$(getconf CLK_TCK)
+children_cpu() {
+	awk '{ print $16 + $17 }' "/proc/$PMPID/stat"
+}
+# Wait until only the auxiliary processes of an idle server are left.
+wait_backends_gone() {
+	local deadline=$((SECONDS + 60))
+	while [ "$(pgrep -c -P "$PMPID")" -gt "$AUX_PROCS" ]; do
+		[ $SECONDS -lt $deadline ] || die "backends did not exit"
+		sleep 0.05
+	done
+}
+sleep 1
+AUX_PROCS=$(pgrep -c -P "$PMPID")
+
+# One pgbench run; prints its TPS and the CPU time (user + system) its
+# backends spent per transaction, in microseconds.  TPS on a machine
+# shared with others' fsyncs and CPU loads is noisy; the CPU time the
+# server spends per transaction is much less so.
 run_b1() {
-	local v=$1 out
+	local v=$1 out cpu0 cpu1 tps xacts
 	settle "b1_$v"
+	wait_backends_gone
+	cpu0=$(children_cpu)
 	out=$(as_pg "$BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$JOBS" \
 		-T "$DURATION" -f "$WORK/b1_$v.sql" 2>&1) ||
 		{ echo "$out" >&2; die "pgbench failed for $v"; }
+	wait_backends_gone
+	cpu1=$(children_cpu)
 	case "$out" in
 		*"number of failed transactions: 0 "*) ;;
 		*) echo "$out" >&2; die "pgbench reported failed transactions for $v" ;;
 	esac
-	echo "$out" | sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p'
+	tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p')
+	xacts=$(echo "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\)$/\1/p')
+	[ -n "$tps" ] && [ -n "$xacts" ] && [ "$xacts" -gt 0 ] ||
+		{ echo "$out" >&2; die "no result from pgbench for $v"; }
+	echo "$tps $(awk -v c=$((cpu1 - cpu0)) -v t="$TICKS" -v n="$xacts" \
+		'BEGIN { printf "%.2f", c / t * 1e6 / n }')"
 }
 
 # One bulk UPDATE of all rows in one transaction; prints its wall-clock
@@ -129,10 +159,10 @@ log "B1/B2: $ROUNDS rounds x ${#VARIANTS[@]} variants x ${DURATION}s pgbench -c 
 for ((round = 0; round < ROUNDS; round++)); do
 	for ((i = 0; i < ${#VARIANTS[@]}; i++)); do
 		v=${VARIANTS[$(((i + round) % ${#VARIANTS[@]}))]}
-		tps=$(run_b1 "$v")
-		[ -n "$tps" ] || die "no TPS from pgbench for $v"
+		read -r tps cpu <<<"$(run_b1 "$v")"
 		echo "$tps" >>"$WORK/b1_$v.tps"
-		log "round $((round + 1)) b1 $v: $tps tps"
+		echo "$cpu" >>"$WORK/b1_$v.cpu"
+		log "round $((round + 1)) b1 $v: $tps tps, $cpu us CPU per transaction"
 	done
 done
 
@@ -179,6 +209,9 @@ echo "Medians (all samples):"
 for v in "${VARIANTS[@]}"; do
 	printf '  B1 %-10s %9.1f tps   (%s)\n' "$v" "$(median <"$WORK/b1_$v.tps")" "$(samples "$WORK/b1_$v.tps")"
 done
+for v in "${VARIANTS[@]}"; do
+	printf '  B1 %-10s %9.1f us CPU per transaction (%s)\n' "$v" "$(median <"$WORK/b1_$v.cpu")" "$(samples "$WORK/b1_$v.cpu")"
+done
 for v in "${B3_VARIANTS[@]}"; do
 	printf '  B3 %-10s %9.1f ms    (%s)\n' "$v" "$(median <"$WORK/b3_$v.ms")" "$(samples "$WORK/b3_$v.ms")"
 done
@@ -191,6 +224,10 @@ check B1 "TPS lockfence / TPS no trigger" \
 	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_none.tps")" ">=" 0.90
 check B2 "TPS lockfence / TPS PL/pgSQL trigger" \
 	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_plpgsql.tps")" ">=" 1.00
+check B1 "CPU/xact no trigger / CPU/xact lockfence" \
+	"$(ratio_stats "$WORK/b1_none.cpu" "$WORK/b1_lockfence.cpu")" ">=" 0.90
+check B2 "CPU/xact PL/pgSQL / CPU/xact lockfence" \
+	"$(ratio_stats "$WORK/b1_plpgsql.cpu" "$WORK/b1_lockfence.cpu")" ">=" 1.00
 for m in ms cpu; do
 	[ $m = ms ] && what=wall-clock || what="CPU"
 	check B3 "$what lockfence / no trigger" \
