@@ -39,7 +39,7 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
-DURATION=${DURATION:-8}
+DURATION=${DURATION:-5}
 B3_ROUNDS=${B3_ROUNDS:-$((2 * ROUNDS + 1))}
 BULK_ROWS=${BULK_ROWS:-100000}
 CLIENTS=4
@@ -94,11 +94,11 @@ AUX_PROCS=$(pgrep -c -P "$PMPID")
 # shared with others' fsyncs and CPU loads is noisy; the CPU time the
 # server spends per transaction is much less so.
 run_b1() {
-	local v=$1 out cpu0 cpu1 tps xacts
+	local v=$1 opts=$2 out cpu0 cpu1 tps xacts
 	settle "b1_$v"
 	wait_backends_gone
 	cpu0=$(children_cpu)
-	out=$(as_pg "$BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$JOBS" \
+	out=$(as_pg env PGOPTIONS="$opts" "$BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$JOBS" \
 		-T "$DURATION" -f "$WORK/b1_$v.sql" 2>&1) ||
 		{ echo "$out" >&2; die "pgbench failed for $v"; }
 	wait_backends_gone
@@ -155,14 +155,27 @@ ratio_stats() {
 # ---------------------------------------------------------------------------
 # Measure
 # ---------------------------------------------------------------------------
-log "B1/B2: $ROUNDS rounds x ${#VARIANTS[@]} variants x ${DURATION}s pgbench -c $CLIENTS -j $JOBS"
+# Each B1 variant runs twice a round: as is (fsync'ed commits: the disk,
+# not the trigger, sets the pace), and with synchronous_commit = off
+# ("async"), where the backends' CPU does and any overhead shows in full.
+B1_RUNS=()
+for v in "${VARIANTS[@]}"; do
+	B1_RUNS+=("$v" "$v:async")
+done
+log "B1/B2: $ROUNDS rounds x ${#B1_RUNS[@]} runs x ${DURATION}s pgbench -c $CLIENTS -j $JOBS"
 for ((round = 0; round < ROUNDS; round++)); do
-	for ((i = 0; i < ${#VARIANTS[@]}; i++)); do
-		v=${VARIANTS[$(((i + round) % ${#VARIANTS[@]}))]}
-		read -r tps cpu <<<"$(run_b1 "$v")"
-		echo "$tps" >>"$WORK/b1_$v.tps"
-		echo "$cpu" >>"$WORK/b1_$v.cpu"
-		log "round $((round + 1)) b1 $v: $tps tps, $cpu us CPU per transaction"
+	for ((i = 0; i < ${#B1_RUNS[@]}; i++)); do
+		run=${B1_RUNS[$(((i + round) % ${#B1_RUNS[@]}))]}
+		v=${run%:async}
+		if [ "$run" = "$v" ]; then
+			opts= suffix=
+		else
+			opts="-c synchronous_commit=off" suffix=_async
+		fi
+		read -r tps cpu <<<"$(run_b1 "$v" "$opts")"
+		echo "$tps" >>"$WORK/b1_$v$suffix.tps"
+		echo "$cpu" >>"$WORK/b1_$v$suffix.cpu"
+		log "round $((round + 1)) b1 $run: $tps tps, $cpu us CPU per transaction"
 	done
 done
 
@@ -200,17 +213,21 @@ samples() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
 
 echo
 echo "lockfence core benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -srm)"
-echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), fsync on, synchronous_commit on;" \
+echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), fsync on, synchronous_commit on (async: off);" \
 	"pgbench -M prepared -c $CLIENTS -j $JOBS -T $DURATION;"
 echo "B1/B2 $ROUNDS rounds; B3 $B3_ROUNDS rounds of one UPDATE of $BULK_ROWS rows (the statement's"
 echo "wall-clock time, and its backend's CPU time user + system)"
 echo
 echo "Medians (all samples):"
-for v in "${VARIANTS[@]}"; do
-	printf '  B1 %-10s %9.1f tps   (%s)\n' "$v" "$(median <"$WORK/b1_$v.tps")" "$(samples "$WORK/b1_$v.tps")"
-done
-for v in "${VARIANTS[@]}"; do
-	printf '  B1 %-10s %9.1f us CPU per transaction (%s)\n' "$v" "$(median <"$WORK/b1_$v.cpu")" "$(samples "$WORK/b1_$v.cpu")"
+for suffix in "" _async; do
+	for v in "${VARIANTS[@]}"; do
+		printf '  B1 %-16s %9.1f tps   (%s)\n' "$v${suffix/_/ }" "$(median <"$WORK/b1_$v$suffix.tps")" \
+			"$(samples "$WORK/b1_$v$suffix.tps")"
+	done
+	for v in "${VARIANTS[@]}"; do
+		printf '  B1 %-16s %9.1f us CPU per transaction (%s)\n' "$v${suffix/_/ }" \
+			"$(median <"$WORK/b1_$v$suffix.cpu")" "$(samples "$WORK/b1_$v$suffix.cpu")"
+	done
 done
 for v in "${B3_VARIANTS[@]}"; do
 	printf '  B3 %-10s %9.1f ms    (%s)\n' "$v" "$(median <"$WORK/b3_$v.ms")" "$(samples "$WORK/b3_$v.ms")"
@@ -228,6 +245,14 @@ check B1 "CPU/xact no trigger / CPU/xact lockfence" \
 	"$(ratio_stats "$WORK/b1_none.cpu" "$WORK/b1_lockfence.cpu")" ">=" 0.90
 check B2 "CPU/xact PL/pgSQL / CPU/xact lockfence" \
 	"$(ratio_stats "$WORK/b1_plpgsql.cpu" "$WORK/b1_lockfence.cpu")" ">=" 1.00
+check B1 "async: TPS lockfence / TPS no trigger" \
+	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_none_async.tps")" ">=" 0.90
+check B2 "async: TPS lockfence / TPS PL/pgSQL" \
+	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_plpgsql_async.tps")" ">=" 1.00
+check B1 "async: CPU/xact none / CPU/xact lockfence" \
+	"$(ratio_stats "$WORK/b1_none_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 0.90
+check B2 "async: CPU/xact PL/pgSQL / CPU/xact lf" \
+	"$(ratio_stats "$WORK/b1_plpgsql_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 1.00
 for m in ms cpu; do
 	[ $m = ms ] && what=wall-clock || what="CPU"
 	check B3 "$what lockfence / no trigger" \
