@@ -7,7 +7,7 @@
 #	  reach them).
 #
 #	  b1: the B1 statement (single-row UPDATE that sets the token, one
-#	      transaction each) run N1 and N2 times; the difference divided by
+#	      transaction each, prepared) run N1 and N2 times; the difference divided by
 #	      N2 - N1 is the cost of one transaction, without backend start-up.
 #	  b3: one UPDATE of all BULK_ROWS rows under one token; the difference
 #	      to the unprotected table divided by the rows is the cost per row.
@@ -69,9 +69,10 @@ repeat_stmt() {
 
 declare -A B1 B3
 for v in none lockfence plpgsql; do
-	stmt="UPDATE b1_$v SET val = val + 1, fence_token = 1000 WHERE id = 0"
-	repeat_stmt "$N1" "$stmt" >"$WORK/p_b1_${v}_n1.sql"
-	repeat_stmt "$N2" "$stmt" >"$WORK/p_b1_${v}_n2.sql"
+	# A prepared statement, as pgbench -M prepared runs it in core.sh.
+	prep="PREPARE u AS UPDATE b1_$v SET val = val + 1, fence_token = 1000 WHERE id = 0"
+	{ echo "$prep"; repeat_stmt "$N1" "EXECUTE u"; } >"$WORK/p_b1_${v}_n1.sql"
+	{ echo "$prep"; repeat_stmt "$N2" "EXECUTE u"; } >"$WORK/p_b1_${v}_n2.sql"
 	i1=$(callgrind_run "b1_${v}_n1" "$WORK/p_b1_${v}_n1.sql")
 	i2=$(callgrind_run "b1_${v}_n2" "$WORK/p_b1_${v}_n2.sql")
 	B1[$v]=$(((i2 - i1) / (N2 - N1)))
