@@ -62,9 +62,10 @@ ensure_packages() {
 	# Headers pinned to the installed server: an unpinned install of a newer
 	# postgresql-server-dev-15 would upgrade the server under other users.
 	want=$(installed_version postgresql-15)
-	if ! installed postgresql-server-dev-15 ||
-		[ "$(installed_version postgresql-server-dev-15)" != "$want" ]; then
+	if ! installed postgresql-server-dev-15; then
 		apt_install "postgresql-server-dev-15=$want"
+	elif [ "$(installed_version postgresql-server-dev-15)" != "$want" ]; then
+		say "demo: warning: postgresql-server-dev-15 $(installed_version postgresql-server-dev-15) does not match postgresql-15 $want; leaving it alone"
 	fi
 
 	for p in libcurl4-openssl-dev make gcc etcd-server etcd-client \
@@ -112,7 +113,7 @@ cleanup() {
 		done
 		kill -KILL "$pid" 2>/dev/null
 	done
-	if [ "$rc" -ne 0 ] && [ -d "$T" ]; then
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ] && [ -d "$T" ]; then
 		for f in "$T"/*.log; do
 			[ -s "$f" ] || continue
 			printf '\n--- last lines of %s ---\n' "${f##*/}" >&2

@@ -306,8 +306,8 @@ def etcd_holder(sc, who, send, work_seconds):
         (ETCD_LOCK, 2, 10)).fetchone()
     sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl 2 s) -> token {token} "
            f"(key {key}, lease {lease})")
-    send("acquired", {"token": token})
     sc.log(who, f"works for {work_seconds:.0f} s before writing (nobody renews its lease)")
+    send("acquired", {"token": token})
     time.sleep(work_seconds)
     send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A"))
     conn.close()
@@ -488,8 +488,8 @@ def zk_holder(sc, who, send, work_seconds):
     zk, lock, node, token = zk_lock(sc, who)
     sc.log(who, f"kazoo Lock('{ZK_LOCK}') -> node {node.rsplit('/', 1)[1]}, "
            f"token = czxid {token} (session timeout {ZK_SESSION_TIMEOUT:.0f} s)")
-    send("acquired", {"token": token})
     sc.log(who, f"works for {work_seconds:.0f} s before writing")
+    send("acquired", {"token": token})
     time.sleep(work_seconds)
     sc.log(who, f"resumed; kazoo state {zk.state}, lock.is_acquired={lock.is_acquired}")
     send("wrote", write(sc, conn, who, ZK_RES, token, "report by worker-A"))
