@@ -171,13 +171,15 @@ def connect():
     return psycopg.connect(PG_DSN, autocommit=True)
 
 
-def write(sc, conn, who, resource, token, body, fence_holder=False):
+def write(sc, conn, who, resource, token, body, fence_holder=False, holder=None):
     """One write of a worker, in one transaction, reported on the timeline.
 
     The row carries token and holder in its own columns, so the table's
-    fence trigger checks them.  With fence_holder, the worker first calls
-    lockfence.fence(resource, token, holder => who) itself.
+    fence trigger checks them.  The holder is who unless given.  With
+    fence_holder, the worker first calls lockfence.fence(resource, token,
+    holder => who) itself.
     """
+    holder = holder or who
     how = "lockfence.fence(holder => '%s') + INSERT" % who if fence_holder else "INSERT"
     shown = "no token" if token is None else f"token {token}"
     result = {"who": who, "token": token, "accepted": False,
@@ -189,10 +191,10 @@ def write(sc, conn, who, resource, token, body, fence_holder=False):
                              (resource, token, who))
             if token is None:
                 conn.execute(f"INSERT INTO {TABLE} (resource, holder, body) "
-                             "VALUES (%s, %s, %s)", (resource, who, body))
+                             "VALUES (%s, %s, %s)", (resource, holder, body))
             else:
                 conn.execute(f"INSERT INTO {TABLE} (resource, token, holder, body) "
-                             "VALUES (%s, %s, %s, %s)", (resource, token, who, body))
+                             "VALUES (%s, %s, %s, %s)", (resource, token, holder, body))
         result["accepted"] = True
         sc.log(who, f"{how} {resource!r} with {shown} -> accepted")
     except psycopg.Error as e:
@@ -293,38 +295,40 @@ ETCD_LOCK = "demo-report-lock"
 ETCD_RES = "etcd/report"
 
 
-def etcd_session(conn):
-    """Point this session at the demo's etcd."""
+ETCD_LOCK_SQL = ("SELECT key, lease, token FROM lockfence.etcd_lock(%s, %s, "
+                 "make_interval(secs => %s))")
+
+
+def etcd_connect():
+    """A session pointed at the demo's etcd."""
+    conn = connect()
     conn.execute("SELECT set_config('lockfence.etcd_endpoints', %s, false)", (ETCD_URL,))
+    return conn
 
 
 def etcd_holder(sc, who, send, work_seconds):
-    conn = connect()
-    etcd_session(conn)
-    key, lease, token = conn.execute(
-        "SELECT key, lease, token FROM lockfence.etcd_lock(%s, %s, %s)",
-        (ETCD_LOCK, 2, 10)).fetchone()
-    sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl 2 s) -> token {token} "
-           f"(key {key}, lease {lease})")
-    sc.log(who, f"works for {work_seconds:.0f} s before writing (nobody renews its lease)")
+    conn = etcd_connect()
+    key, lease, token = conn.execute(ETCD_LOCK_SQL, (ETCD_LOCK, 2, 10)).fetchone()
+    sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl_seconds => 2) -> "
+           f"token {token} (key {key})")
+    sc.log(who, f"works for {work_seconds:.0f} s before writing; nobody renews its lease")
     send("acquired", {"token": token})
     time.sleep(work_seconds)
-    send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A"))
+    send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A",
+                        holder=key))
     conn.close()
     send("done")
 
 
 def etcd_waiter(sc, who, send):
-    conn = connect()
-    etcd_session(conn)
-    sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl 10 s): waits for the lock")
-    key, lease, token = conn.execute(
-        "SELECT key, lease, token FROM lockfence.etcd_lock(%s, %s, %s)",
-        (ETCD_LOCK, 10, 20)).fetchone()
-    sc.log(who, f"got the lock (worker-A's lease expired) -> token {token} (key {key})")
-    send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-B"))
-    conn.execute("SELECT lockfence.etcd_unlock(%s)", (key,))
-    sc.log(who, f"lockfence.etcd_unlock('{key}')")
+    conn = etcd_connect()
+    sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl_seconds => 10): waits")
+    key, lease, token = conn.execute(ETCD_LOCK_SQL, (ETCD_LOCK, 10, 30)).fetchone()
+    sc.log(who, f"got the lock once worker-A's lease expired -> token {token} (key {key})")
+    send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-B",
+                        holder=key))
+    released = conn.execute("SELECT lockfence.etcd_unlock(%s)", (key,)).fetchone()[0]
+    sc.log(who, f"lockfence.etcd_unlock('{key}') -> {released}")
     conn.close()
     send("done")
 
@@ -334,7 +338,7 @@ def scenario_etcd(sc):
         if conn.execute("SELECT to_regproc('lockfence.etcd_lock')").fetchone()[0] is None:
             sc.fail("lockfence.etcd_lock() is not in this build of lockfence")
             return
-    sc.note("token = create_revision of the etcd lock key, checked by the table's trigger")
+    sc.note("token = create_revision of the etcd lock key; holder = the lock key")
     try:
         pause_scenario(sc, etcd_holder, etcd_waiter)
     finally:
