@@ -72,7 +72,8 @@ class Scenario:
         else:
             ok = (not result["accepted"]) and result["sqlstate"] == want
         if ok:
-            self.log("check", f"ok: {result['who']} token {result['token']} "
+            shown = "no token" if result["token"] is None else f"token {result['token']}"
+            self.log("check", f"ok: {result['who']} {shown} "
                      f"{'accepted' if want == 'accepted' else 'rejected with ' + want}, as it must be")
             return
         got = ("accepted" if result["accepted"]
@@ -278,13 +279,13 @@ def pause_scenario(sc, holder_target, waiter_target, work_seconds=3.0):
     os.kill(a.pid, signal.SIGCONT)
     sc.log("demo", "SIGCONT worker-A: it resumes and finishes its work")
     a_res = sc.wait_for("worker-A", "wrote", 30)
-    sc.expect(b, "accepted")
-    sc.expect(a_res, "LF001")
-    if b["token"] is not None and a_res["token"] is not None and not b["token"] > a_res["token"]:
-        sc.fail(f"the lock service gave worker-B token {b['token']}, not above "
-                f"worker-A's {a_res['token']}")
     sc.wait_for("worker-A", "done", 30)
     sc.wait_for("worker-B", "done", 30)
+    sc.expect(b, "accepted")
+    sc.expect(a_res, "LF001")
+    if not b["token"] > a_res["token"]:
+        sc.fail(f"the lock service gave worker-B token {b['token']}, not above "
+                f"worker-A's {a_res['token']}")
 
 
 # ---------------------------------------------------------------------------
@@ -314,8 +315,11 @@ def etcd_holder(sc, who, send, work_seconds):
     sc.log(who, f"works for {work_seconds:.0f} s before writing; nobody renews its lease")
     send("acquired", {"token": token})
     time.sleep(work_seconds)
+    sc.log(who, "resumed; it still believes it holds the lock and writes")
     send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A",
                         holder=key))
+    released = conn.execute("SELECT lockfence.etcd_unlock(%s)", (key,)).fetchone()[0]
+    sc.log(who, f"lockfence.etcd_unlock('{key}') -> {released} (its key was already gone)")
     conn.close()
     send("done")
 
@@ -394,7 +398,7 @@ def scenario_redis(sc):
         if acked != 1:
             raise ScenarioFailed("the replica did not acknowledge the first INCR")
         sc.log("demo", f"WAIT 1 -> the replica has the counter at {t}")
-        sc.expect(write(sc, pg("worker-A"), "worker-A", REDIS_RES, t, "A",
+        sc.expect(write(sc, pg("worker-A"), "worker-A", REDIS_RES, t, "report by worker-A",
                         fence_holder=True), "accepted")
         release("worker-A", primary)
 
@@ -405,11 +409,11 @@ def scenario_redis(sc):
                f"-> {killed} link cut: the replica misses what follows")
 
         t = take("worker-B", primary, "primary")
-        sc.expect(write(sc, pg("worker-B"), "worker-B", REDIS_RES, t, "B",
+        sc.expect(write(sc, pg("worker-B"), "worker-B", REDIS_RES, t, "report by worker-B",
                         fence_holder=True), "accepted")
         release("worker-B", primary)
         t_c = take("worker-C", primary, "primary")
-        sc.expect(write(sc, pg("worker-C"), "worker-C", REDIS_RES, t_c, "C",
+        sc.expect(write(sc, pg("worker-C"), "worker-C", REDIS_RES, t_c, "report by worker-C",
                         fence_holder=True), "accepted")
         sc.note("worker-C still holds the lock when the primary dies")
 
@@ -432,7 +436,7 @@ def scenario_redis(sc):
         if not t < t_c:
             sc.fail(f"the counter did not go backwards ({t} after {t_c})")
         sc.note(f"token {t} is below token {t_c} already accepted: stale")
-        sc.expect(write(sc, pg("worker-D"), "worker-D", REDIS_RES, t, "D",
+        sc.expect(write(sc, pg("worker-D"), "worker-D", REDIS_RES, t, "report by worker-D",
                         fence_holder=True), "LF001")
         release("worker-D", replica)
 
@@ -440,16 +444,16 @@ def scenario_redis(sc):
         if t != t_c:
             sc.fail(f"expected the counter to hand out {t_c} a second time, got {t}")
         sc.note(f"token {t} EQUALS the token accepted from worker-C: the holder check")
-        sc.expect(write(sc, pg("worker-E"), "worker-E", REDIS_RES, t, "E",
+        sc.expect(write(sc, pg("worker-E"), "worker-E", REDIS_RES, t, "report by worker-E",
                         fence_holder=True), "LF001")
         release("worker-E", replica)
 
         t = take("worker-F", replica, "promoted replica")
         sc.note("the counter has passed the highest accepted token again")
-        sc.expect(write(sc, pg("worker-F"), "worker-F", REDIS_RES, t, "F",
+        sc.expect(write(sc, pg("worker-F"), "worker-F", REDIS_RES, t, "report by worker-F",
                         fence_holder=True), "accepted")
         sc.note("worker-C, which still believes it holds the lock, writes again")
-        sc.expect(write(sc, pg("worker-C"), "worker-C", REDIS_RES, t_c, "C again",
+        sc.expect(write(sc, pg("worker-C"), "worker-C", REDIS_RES, t_c, "report by worker-C, again",
                         fence_holder=True), "LF001")
     finally:
         for c in conns.values():
@@ -495,7 +499,8 @@ def zk_holder(sc, who, send, work_seconds):
     sc.log(who, f"works for {work_seconds:.0f} s before writing")
     send("acquired", {"token": token})
     time.sleep(work_seconds)
-    sc.log(who, f"resumed; kazoo state {zk.state}, lock.is_acquired={lock.is_acquired}")
+    sc.log(who, f"resumed; kazoo state {zk.state}, lock.is_acquired={lock.is_acquired}: "
+           "it believes it holds the lock and writes")
     send("wrote", write(sc, conn, who, ZK_RES, token, "report by worker-A"))
     try:
         zk.stop()
