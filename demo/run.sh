@@ -180,9 +180,10 @@ runuser -u postgres -- "$PG_BIN/initdb" -D "$T/pg" -U postgres -A trust \
 	--no-sync >"$T/initdb.log" 2>&1 || { cat "$T/initdb.log" >&2; die "initdb failed"; }
 chmod 755 "$T/pgsock"
 install -o postgres -g postgres -m 644 /dev/null "$T/postgres.log"
+# Preloaded so that lockfence.metrics (when built in) has its shared memory.
 PG_STARTED=1
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$T/pg" -l "$T/postgres.log" -w -t 60 \
-	-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $T/pgsock -c fsync=off" \
+	-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $T/pgsock -c fsync=off -c shared_preload_libraries=lockfence" \
 	start >/dev/null
 
 # ---------------------------------------------------------------------------

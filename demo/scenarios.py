@@ -562,11 +562,16 @@ def report():
             "SELECT resource, token, holder, "
             "to_char(accepted_at, 'HH24:MI:SS.MS') AS accepted_at "
             "FROM lockfence.fences ORDER BY resource"))
-        if conn.execute("SELECT to_regclass('lockfence.metrics')").fetchone()[0]:
-            print_rows("lockfence.metrics", conn.execute("SELECT * FROM lockfence.metrics"))
-        else:
-            print()
-            print("--- lockfence.metrics: not in this build, skipped ---")
+        for view in ("lockfence.metrics", "lockfence.rejections"):
+            if not conn.execute("SELECT to_regclass(%s)", (view,)).fetchone()[0]:
+                print()
+                print(f"--- {view}: not in this build of lockfence, skipped ---")
+                continue
+            try:
+                print_rows(view, conn.execute(f"SELECT * FROM {view}"))
+            except psycopg.Error as e:
+                print()
+                print(f"--- {view}: skipped ({e.sqlstate}: {e.diag.message_primary}) ---")
 
 
 SCENARIOS = {
