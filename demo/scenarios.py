@@ -12,6 +12,7 @@ Arguments: scenario numbers to run (default: all).  Scenario 0 always runs
 first, because it creates the protected table the others write to.
 """
 
+import datetime
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -538,10 +539,18 @@ def scenario_zk(sc):
 # Report
 # ---------------------------------------------------------------------------
 
+def cell_text(value):
+    if value is None:
+        return ""
+    if isinstance(value, datetime.datetime):
+        return value.strftime("%H:%M:%S.%f")[:-3]
+    return str(value)
+
+
 def print_rows(title, cur):
     rows = cur.fetchall()
     names = [d.name for d in cur.description]
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    cells = [[cell_text(v) for v in row] for row in rows]
     widths = [max([len(n)] + [len(r[i]) for r in cells]) for i, n in enumerate(names)]
     print()
     print(f"--- {title} ---")
