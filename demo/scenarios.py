@@ -491,8 +491,6 @@ def zk_lock(sc, who):
 
 
 def zk_holder(sc, who, send, work_seconds):
-    from kazoo.client import KazooClient  # noqa: F401 (import before the pause)
-
     conn = connect()
     zk, lock, node, token = zk_lock(sc, who)
     sc.log(who, f"kazoo Lock('{ZK_LOCK}') -> node {node.rsplit('/', 1)[1]}, "
