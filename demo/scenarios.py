@@ -74,7 +74,7 @@ class Scenario:
             ok = (not result["accepted"]) and result["sqlstate"] == want
         if ok:
             shown = "no token" if result["token"] is None else f"token {result['token']}"
-            self.log("check", f"ok: {result['who']} {shown} "
+            self.log("check", f"ok: {result['who']}'s write with {shown} "
                      f"{'accepted' if want == 'accepted' else 'rejected with ' + want}, as it must be")
             return
         got = ("accepted" if result["accepted"]
@@ -562,7 +562,7 @@ def print_rows(title, cur):
 def report():
     with connect() as conn:
         print_rows(f"{TABLE} (every accepted write)", conn.execute(
-            f"SELECT id, resource, token, holder, body, "
+            f"SELECT resource, token, holder, body, "
             f"to_char(written_at, 'HH24:MI:SS.MS') AS written_at "
             f"FROM {TABLE} ORDER BY id"))
         print_rows("lockfence.fences", conn.execute(
