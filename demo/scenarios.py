@@ -280,13 +280,14 @@ def pause_scenario(sc, holder_target, waiter_target, work_seconds=3.0):
     os.kill(a.pid, signal.SIGCONT)
     sc.log("demo", "SIGCONT worker-A: it resumes and finishes its work")
     a_res = sc.wait_for("worker-A", "wrote", 30)
-    sc.wait_for("worker-A", "done", 30)
-    sc.wait_for("worker-B", "done", 30)
+    a_done = sc.wait_for("worker-A", "done", 30)
+    b_done = sc.wait_for("worker-B", "done", 30)
     sc.expect(b, "accepted")
     sc.expect(a_res, "LF001")
     if not b["token"] > a_res["token"]:
         sc.fail(f"the lock service gave worker-B token {b['token']}, not above "
                 f"worker-A's {a_res['token']}")
+    return a_done, b_done
 
 
 # ---------------------------------------------------------------------------
@@ -320,9 +321,9 @@ def etcd_holder(sc, who, send, work_seconds):
     send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A",
                         holder=key))
     released = conn.execute("SELECT lockfence.etcd_unlock(%s)", (key,)).fetchone()[0]
-    sc.log(who, f"lockfence.etcd_unlock('{key}') -> {released} (its key was already gone)")
+    sc.log(who, f"lockfence.etcd_unlock('{key}') -> {released}")
     conn.close()
-    send("done")
+    send("done", {"released": released})
 
 
 def etcd_waiter(sc, who, send):
@@ -345,7 +346,13 @@ def scenario_etcd(sc):
             return
     sc.note("token = create_revision of the etcd lock key; holder = the lock key")
     try:
-        pause_scenario(sc, etcd_holder, etcd_waiter)
+        a_done, _ = pause_scenario(sc, etcd_holder, etcd_waiter)
+        sc.checks += 1
+        if a_done["released"] is False:
+            sc.log("check", "ok: worker-A's lock key was already gone when it "
+                   "unlocked: its lease had expired")
+        else:
+            sc.fail("worker-A's lock key was still there after worker-B got the lock")
     finally:
         sc.reap()
 
@@ -447,6 +454,14 @@ def scenario_redis(sc):
         sc.note(f"token {t} EQUALS the token accepted from worker-C: the holder check")
         sc.expect(write(sc, pg("worker-E"), "worker-E", REDIS_RES, t, "report by worker-E",
                         fence_holder=True), "LF001")
+        sc.checks += 1
+        fence = pg("worker-E").execute(
+            "SELECT token, holder FROM lockfence.fences WHERE resource = %s",
+            (REDIS_RES,)).fetchone()
+        if tuple(fence) == (t_c, "worker-C"):
+            sc.log("check", f"ok: the fence still records token {t_c} from worker-C")
+        else:
+            sc.fail(f"the fence records {tuple(fence)}, not ({t_c}, 'worker-C')")
         release("worker-E", replica)
 
         t = take("worker-F", replica, "promoted replica")
@@ -516,6 +531,9 @@ def zk_waiter(sc, who, send):
     zk, lock, node, token = zk_lock(sc, who)
     sc.log(who, f"got the lock (worker-A's session expired) -> node "
            f"{node.rsplit('/', 1)[1]}, token = czxid {token}")
+    children = zk.get_children(ZK_LOCK)
+    sc.log(who, f"lock nodes now: {len(children)}"
+           + (" (its own: worker-A's ephemeral node is gone)" if len(children) == 1 else ""))
     send("wrote", write(sc, conn, who, ZK_RES, token, "report by worker-B"))
     lock.release()
     zk.stop()
