@@ -258,7 +258,7 @@ def scenario_pg(sc):
 # The pause scenarios (etcd, ZooKeeper): holder paused, lock moves on
 # ---------------------------------------------------------------------------
 
-def pause_scenario(sc, holder_target, waiter_target, work_seconds=3.0):
+def pause_scenario(sc, holder_target, waiter_target, work_seconds=4.0):
     """worker-A takes the lock and is SIGSTOPped while it works; worker-B
     gets the lock and writes; worker-A is resumed and writes.  worker-B must
     be accepted, worker-A rejected with LF001."""
