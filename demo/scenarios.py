@@ -315,8 +315,9 @@ def etcd_holder(sc, who, send, work_seconds):
     sc.log(who, f"lockfence.etcd_lock('{ETCD_LOCK}', ttl_seconds => 2) -> "
            f"token {token} (key {key})")
     sc.log(who, f"works for {work_seconds:.0f} s before writing; nobody renews its lease")
+    work_until = time.monotonic() + work_seconds
     send("acquired", {"token": token})
-    time.sleep(work_seconds)
+    time.sleep(max(0.0, work_until - time.monotonic()))
     sc.log(who, "resumed; it still believes it holds the lock and writes")
     send("wrote", write(sc, conn, who, ETCD_RES, token, "report by worker-A",
                         holder=key))
@@ -511,8 +512,9 @@ def zk_holder(sc, who, send, work_seconds):
     sc.log(who, f"kazoo Lock('{ZK_LOCK}') -> node {node.rsplit('/', 1)[1]}, "
            f"token = czxid {token} (session timeout {ZK_SESSION_TIMEOUT:.0f} s)")
     sc.log(who, f"works for {work_seconds:.0f} s before writing")
+    work_until = time.monotonic() + work_seconds
     send("acquired", {"token": token})
-    time.sleep(work_seconds)
+    time.sleep(max(0.0, work_until - time.monotonic()))
     sc.log(who, f"resumed; kazoo state {zk.state}, lock.is_acquired={lock.is_acquired}: "
            "it believes it holds the lock and writes")
     send("wrote", write(sc, conn, who, ZK_RES, token, "report by worker-A"))
