@@ -88,30 +88,60 @@ PG_BIN=$("$PG_CONFIG" --bindir)
 # ---------------------------------------------------------------------------
 T=$(mktemp -d /tmp/lockfence-demo.XXXXXX)
 chmod 755 "$T"
-PIDS=()		# servers started here; disowned, so that bash does not
-			# announce the one the Redis scenario kills
+PIDS=()		# "pid:start time" of each server started here
 PG_STARTED=
+# The scenarios' worker processes, recorded by scenarios.py the same way,
+# so that none outlives the demo even if the driver itself is killed.
+export LOCKFENCE_DEMO_PIDFILE=$T/workers.pids
+
+# start_time PID: the process's start time (field 22 of /proc/PID/stat),
+# which tells a process apart from a later one that reuses its pid
+start_time() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	stat=${stat##*) }
+	set -- $stat
+	echo "${20}"
+}
+
+# started PID: remember a server started in the background.  It is
+# disowned so that bash does not announce the one the Redis scenario kills.
+started() {
+	PIDS+=("$1:$(start_time "$1")")
+	disown "$1"
+}
+
+# ours PID:START: is that process still the one we started?
+ours() {
+	[ -n "${1#*:}" ] && [ "$(start_time "${1%%:*}")" = "${1#*:}" ]
+}
 
 cleanup() {
-	local rc=$? pid
+	local rc=$? p
 
 	trap - EXIT INT TERM
 	set +e
-	for pid in "${PIDS[@]}"; do
-		kill -CONT "$pid" 2>/dev/null
-		kill -TERM "$pid" 2>/dev/null
+	if [ -s "$LOCKFENCE_DEMO_PIDFILE" ]; then
+		while read -r p; do
+			PIDS+=("$p")
+		done <"$LOCKFENCE_DEMO_PIDFILE"
+	fi
+	for p in "${PIDS[@]}"; do
+		ours "$p" || continue
+		kill -CONT "${p%%:*}" 2>/dev/null
+		kill -TERM "${p%%:*}" 2>/dev/null
 	done
 	if [ -n "$PG_STARTED" ]; then
 		runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$T/pg" -m immediate \
 			stop >/dev/null 2>&1
 	fi
-	for pid in "${PIDS[@]}"; do
+	for p in "${PIDS[@]}"; do
 		# give each a few seconds, then insist
 		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
+			ours "$p" || break
 			sleep 0.1
 		done
-		kill -KILL "$pid" 2>/dev/null
+		ours "$p" && kill -KILL "${p%%:*}" 2>/dev/null
 	done
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 130 ] && [ "$rc" -ne 143 ] && [ -d "$T" ]; then
 		for f in "$T"/*.log; do
@@ -196,8 +226,7 @@ etcd --name demo --data-dir "$T/etcd" \
 	--initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
 	--initial-cluster "demo=http://127.0.0.1:$ETCD_PEER_PORT" \
 	>"$T/etcd.log" 2>&1 &
-PIDS+=($!)
-disown $!
+started $!
 ETCD_PID=$!
 
 # ---------------------------------------------------------------------------
@@ -207,14 +236,12 @@ mkdir "$T/redis1" "$T/redis2"
 redis-server --bind 127.0.0.1 --port "$REDIS1_PORT" --dir "$T/redis1" \
 	--save '' --appendonly no --repl-diskless-sync-delay 0 \
 	>"$T/redis-primary.log" 2>&1 &
-PIDS+=($!)
-disown $!
+started $!
 REDIS1_PID=$!
 redis-server --bind 127.0.0.1 --port "$REDIS2_PORT" --dir "$T/redis2" \
 	--save '' --appendonly no --replicaof 127.0.0.1 "$REDIS1_PORT" \
 	>"$T/redis-replica.log" 2>&1 &
-PIDS+=($!)
-disown $!
+started $!
 REDIS2_PID=$!
 
 # ---------------------------------------------------------------------------
@@ -240,8 +267,7 @@ fi
 java -Xmx256m -Dzookeeper.log.dir="$T/zk" -cp "$ZK_CLASSPATH" \
 	org.apache.zookeeper.server.ZooKeeperServerMain "$T/zk/zoo.cfg" \
 	>"$T/zookeeper.log" 2>&1 &
-PIDS+=($!)
-disown $!
+started $!
 ZK_PID=$!
 
 # ---------------------------------------------------------------------------

@@ -101,6 +101,10 @@ class Scenario:
                           name=who, daemon=True)
         proc.start()
         send.close()
+        pidfile = os.environ.get("LOCKFENCE_DEMO_PIDFILE")
+        if pidfile:
+            with open(pidfile, "a") as f:
+                f.write(f"{proc.pid}:{start_time(proc.pid)}\n")
         self.children[who] = (proc, recv)
         return proc
 
@@ -157,6 +161,12 @@ def _child_main(sc, who, pipe, target, args):
         send("error", traceback.format_exc(limit=3))
     finally:
         pipe.close()
+
+
+def start_time(pid):
+    """A process's start time, as run.sh reads it (field 22 of its stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
 
 
 def process_state(pid):
