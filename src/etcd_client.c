@@ -37,6 +37,9 @@
 #define GRPC_UNAVAILABLE		14
 #define GRPC_UNAUTHENTICATED	16
 
+/* Pause after every endpoint failed once, before trying them again. */
+#define ETCD_RETRY_PAUSE_MS		200
+
 /* Parsed copy of lockfence.etcd_endpoints, in TopMemoryContext. */
 static char *parsed_from = NULL;
 static char **endpoints = NULL;
@@ -329,6 +332,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	EtcdHttpStatus last_st = ETCD_HTTP_FAILED;
 	char	   *last_err = NULL;
 	const char *last_endpoint = NULL;
+	int			failures = 0;
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
@@ -404,17 +408,39 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 				return false;
 			etcd_report_transport_error(path, st, last_endpoint, NULL);
 		}
-		else
+		else if (st != ETCD_HTTP_TIMED_OUT || last_err == NULL ||
+				 GetCurrentTimestamp() < deadline)
 		{
 			last_st = st;
 			last_err = errtext;
+			reply->http_code = 0;
 		}
 
 		/* retry on the next endpoint while time remains */
+		elog(DEBUG1, "etcd request %s to %s failed: %s", path, last_endpoint,
+			 last_err ? last_err : "unknown error");
 		etcd_next_endpoint();
 		if (GetCurrentTimestamp() >= deadline)
 			break;
-		if (!quiet)
+		if (++failures % n == 0)
+		{
+			/* every endpoint failed: pause before the next round */
+			TimestampTz pause_end;
+
+			pause_end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													ETCD_RETRY_PAUSE_MS);
+			if (pause_end > deadline)
+				break;
+			while (GetCurrentTimestamp() < pause_end)
+			{
+				long		ms;
+
+				ms = (long) ((pause_end - GetCurrentTimestamp()) / 1000);
+				if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
+					CHECK_FOR_INTERRUPTS();
+			}
+		}
+		else if (!quiet)
 			CHECK_FOR_INTERRUPTS();
 	}
 
