@@ -246,7 +246,7 @@ sub start_etcdctl_lock
 	my $bg = { out => '', err => '' };
 	local $ENV{ETCDCTL_API} = '3';
 	my @cmd = ('etcdctl', '--endpoints=' . $self->endpoint,
-		@{ $self->{etcdctl_args} }, 'lock', @lockargs, $name,
+		@{ $self->{etcdctl_args} }, 'lock', @lockargs, $name, '--',
 		'sh', '-c', "echo LOCKED; $command");
 	$bg->{handle} =
 	  IPC::Run::start(\@cmd, '<', \undef, '>', \$bg->{out}, '2>',
