@@ -471,7 +471,23 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 			sleep_ms = 1;
 
 		if (!etcd_http_wait(sleep_ms))
+		{
+			if (ProcDiePending && INTERRUPTS_CAN_BE_PROCESSED())
+			{
+				/*
+				 * The FATAL error reaches the client before the exit
+				 * callbacks run: remove our waiter key first, so that a
+				 * terminated waiter is visibly gone when the client learns
+				 * of it.
+				 */
+				HOLD_INTERRUPTS();
+				etcd_http_abort_all();
+				lock_req = ka_req = NULL;
+				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+				RESUME_INTERRUPTS();
+			}
 			CHECK_FOR_INTERRUPTS();
+		}
 	}
 
 	if (ka_req)
@@ -622,7 +638,8 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		MemoryContextSwitchTo(cxt);
 		HOLD_INTERRUPTS();
 		etcd_http_abort_all();
-		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+		if (etcd_session_owns(lease))
+			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
 		RESUME_INTERRUPTS();
 		PG_RE_THROW();
 	}
