@@ -182,11 +182,14 @@ prefix_end_b64(const char *prefix)
 
 /*
  * Read back our key and the holder of the name in one transaction.
- * Returns our key's create_revision; raises LF003 when our key is gone,
- * belongs to another lease, or is not the holder.
+ * Returns true with *token set to our key's create_revision when our key
+ * is the holder.  Raises LF003 when our key is gone or belongs to another
+ * lease.  When another key is ahead of ours, raises LF003 too, unless
+ * queued_ok, in which case it returns false.
  */
-static int64
-confirm_lock(const char *name, const char *key, int64 lease)
+static bool
+confirm_lock(const char *name, const char *key, int64 lease, bool queued_ok,
+			 int64 *token)
 {
 	StringInfoData body;
 	EtcdReply	reply;
@@ -246,10 +249,15 @@ confirm_lock(const char *name, const char *key, int64 lease)
 							&owner_len);
 	if (owner == NULL || owner_len != (int) strlen(key) ||
 		memcmp(owner, key, owner_len) != 0)
+	{
+		if (queued_ok)
+			return false;
 		report_lock_lost(name, key,
 						 "Another key under the lock name has a lower create_revision, so this session is not the holder.");
+	}
 
-	return create_rev;
+	*token = create_rev;
+	return true;
 }
 
 /*
@@ -496,40 +504,23 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 }
 
 /*
- * Try to create our key and become the holder at once, as the Mutex's
- * TryLock does.  Returns false (our key still exists; the caller revokes
- * the lease) when another key is ahead of ours.
+ * Create our lock key under our lease if it does not exist yet, as the
+ * Mutex's TryLock does.  Whether it is the holder is read back afterwards,
+ * so retrying this request on another endpoint is harmless.
  */
-static bool
-try_acquire(const char *name, int64 lease)
+static void
+create_lock_key(const char *name, int64 lease)
 {
-	StringInfoData body;
-	EtcdReply	reply;
 	char	   *key = lock_key(name, lease);
-	char	   *prefix = psprintf("%s/", name);
-	JsonbContainer *root;
-	JsonbContainer *hdr;
-	JsonbContainer *r1;
-	int64		rev;
-	int64		owner_rev;
-	JsonbValue *sv;
+	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *body;
+	EtcdReply	reply;
 
-	initStringInfo(&body);
-	appendStringInfo(&body,
-					 "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
-					 "\"success\":["
-					 "{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}},"
-					 "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-					 "\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":\"1\"}}],"
-					 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
-					 etcd_b64_encode(key, strlen(key)),
-					 etcd_b64_encode(key, strlen(key)),
-					 lease,
-					 etcd_b64_encode(prefix, strlen(prefix)),
-					 prefix_end_b64(prefix),
-					 etcd_b64_encode(key, strlen(key)));
+	body = psprintf("{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
+					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}}]}",
+					key64, key64, lease);
 
-	if (!etcd_call("/v3/kv/txn", body.data, etcd_request_timeout_ms, false,
+	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
 				   &reply))
 	{
 		if (reply.error_text && strstr(reply.error_text, "lease not found"))
@@ -537,35 +528,9 @@ try_acquire(const char *name, int64 lease)
 							 "The lease expired before the lock key was created.");
 		etcd_report_reply_error("creating the lock key", &reply);
 	}
-
-	root = &reply.json->root;
-	hdr = etcd_json_object(root, "header");
-	if (hdr == NULL || !etcd_json_int64(hdr, "revision", &rev))
+	if (etcd_json_object(&reply.json->root, "header") == NULL)
 		etcd_malformed_reply("creating the lock key",
-							 "The reply carries no revision.");
-	sv = getKeyJsonValueFromContainer(root, "succeeded", strlen("succeeded"),
-									  NULL);
-	if (sv == NULL || sv->type != jbvBool || !sv->val.boolean)
-	{
-		/* our key already existed: impossible for a fresh lease */
-		etcd_malformed_reply("creating the lock key",
-							 "A key for a newly granted lease already existed.");
-	}
-	if (etcd_json_array_length(root, "responses") != 2)
-		etcd_malformed_reply("creating the lock key",
-							 "The transaction reply does not carry two responses.");
-	r1 = etcd_json_object(etcd_json_array_object(root, "responses", 1),
-						  "response_range");
-	if (r1 == NULL || etcd_json_array_length(r1, "kvs") == 0)
-		etcd_malformed_reply("creating the lock key",
-							 "The range over the lock name found no key.");
-	if (!etcd_json_int64(etcd_json_array_object(r1, "kvs", 0),
-						 "create_revision", &owner_rev))
-		etcd_malformed_reply("creating the lock key",
-							 "The holder's key has no create_revision.");
-
-	/* our key was created at the transaction's revision */
-	return owner_rev == rev;
+							 "The reply carries no header.");
 }
 
 /*
@@ -618,20 +583,14 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		if (try_only)
 		{
 			key = lock_key(name, lease);
-			got = try_acquire(name, lease);
+			create_lock_key(name, lease);
 		}
 		else
-		{
 			key = wait_for_lock(name, lease, granted_ttl, wait_ms);
-			got = true;
-		}
 
-		if (got)
-		{
-			res->key = key;
-			res->lease = lease;
-			res->token = confirm_lock(name, key, lease);
-		}
+		got = confirm_lock(name, key, lease, try_only, &res->token);
+		res->key = key;
+		res->lease = lease;
 	}
 	PG_CATCH();
 	{
