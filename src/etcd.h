@@ -85,6 +85,7 @@ extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 extern void etcd_report_reply_error(const char *what, EtcdReply *reply)
 			pg_attribute_noreturn();
 extern bool etcd_transient_failure(long http_code, int grpc_code);
+extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 										const char *endpoint,
 										const char *detail)

@@ -198,6 +198,20 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 }
 
 /*
+ * Does an error answer say that our auth token is not (or no longer)
+ * valid?  The lock service reports it as code 2 with etcd's message.
+ */
+bool
+etcd_reply_auth_invalid(EtcdReply *reply)
+{
+	return reply->grpc_code == GRPC_UNAUTHENTICATED ||
+		reply->http_code == 401 ||
+		(reply->error_text &&
+		 (strstr(reply->error_text, "invalid auth token") ||
+		  strstr(reply->error_text, "revision of auth store is old")));
+}
+
+/*
  * Raise the error for an error answer from etcd.
  */
 void
@@ -206,9 +220,13 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 	int			code;
 	const char *text = reply->error_text ? reply->error_text : "no message";
 
-	if (reply->grpc_code == GRPC_UNAUTHENTICATED || reply->http_code == 401)
+	/* the lock service wraps every error as code 2: look at the text too */
+	if (etcd_reply_auth_invalid(reply) ||
+		(reply->error_text && strstr(reply->error_text, "user name is empty")))
 		code = ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION;
-	else if (reply->grpc_code == GRPC_PERMISSION_DENIED || reply->http_code == 403)
+	else if (reply->grpc_code == GRPC_PERMISSION_DENIED ||
+			 reply->http_code == 403 ||
+			 (reply->error_text && strstr(reply->error_text, "permission denied")))
 		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	else if (etcd_transient_failure(reply->http_code, reply->grpc_code) ||
 			 reply->grpc_code == GRPC_DEADLINE_EXCEEDED)
@@ -387,8 +405,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 			read_error_fields(reply);
 
 			if (!is_auth && token && !refreshed &&
-				(reply->grpc_code == GRPC_UNAUTHENTICATED ||
-				 reply->http_code == 401))
+				etcd_reply_auth_invalid(reply))
 			{
 				/* token expired or revoked: fetch a new one, once */
 				etcd_forget_auth_token();

@@ -430,10 +430,10 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 					strstr(reply.error_text, "lease not found") != NULL)
 					report_lock_lost(name, key,
 									 "The lease expired or was revoked before the lock was granted.");
-				if (reply.grpc_code == 16 || code == 401)
+				if (etcd_reply_auth_invalid(&reply))
 					etcd_forget_auth_token();
 				if ((etcd_transient_failure(code, reply.grpc_code) ||
-					 reply.grpc_code == 16 || code == 401) &&
+					 etcd_reply_auth_invalid(&reply)) &&
 					++failures <= max_failures)
 				{
 					etcd_next_endpoint();
