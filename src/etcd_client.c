@@ -408,6 +408,8 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 				etcd_reply_auth_invalid(reply))
 			{
 				/* token expired or revoked: fetch a new one, once */
+				elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+					 reply->error_text ? reply->error_text : "no message");
 				etcd_forget_auth_token();
 				refreshed = true;
 				continue;

@@ -431,7 +431,11 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 					report_lock_lost(name, key,
 									 "The lease expired or was revoked before the lock was granted.");
 				if (etcd_reply_auth_invalid(&reply))
+				{
+					elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+						 reply.error_text ? reply.error_text : "no message");
 					etcd_forget_auth_token();
+				}
 				if ((etcd_transient_failure(code, reply.grpc_code) ||
 					 etcd_reply_auth_invalid(&reply)) &&
 					++failures <= max_failures)
