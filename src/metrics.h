@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ *
+ * metrics.h
+ *	  Operational metrics and rejection logging of the lockfence extension.
+ *
+ * The counters live in shared memory, which exists only when the library
+ * is in shared_preload_libraries.  Every function below may be called in
+ * any case: without preloading the counting functions do nothing (the
+ * rejection log still works), and only the SQL functions that read the
+ * metrics raise an error.
+ *
+ * None of the counting functions allocates memory, takes a heavyweight
+ * lock or raises an error, so they are safe to call anywhere in a backend
+ * except from a signal handler; the lockfence_metrics_etcd_* ones take no
+ * lock at all.  They must still not be called from inside a libcurl
+ * callback, per the project's rule for such callbacks.
+ *
+ * IDENTIFICATION
+ *	  src/metrics.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOCKFENCE_METRICS_H
+#define LOCKFENCE_METRICS_H
+
+#include "lockfence.h"
+
+/* Number of resources whose rejections are counted one by one. */
+#define LOCKFENCE_METRICS_TOP_RESOURCES	64
+
+/* Called from _PG_init: the GUC, and the shared memory hooks if preloaded. */
+extern void lockfence_metrics_init(void);
+
+/* fence.c: one call per check lockfence_check() answers */
+extern void lockfence_metrics_fence_accepted(void);
+extern void lockfence_metrics_fence_rejected(const char *resource,
+											 int64 token, const char *holder,
+											 const FenceOutcome *outcome);
+
+/* fence_trigger.c */
+extern void lockfence_metrics_missing_token(const char *relname,
+											const char *resource);
+extern void lockfence_metrics_proceeded_without_lock(const char *relname);
+
+/*
+ * For the etcd lock client, once per event:
+ *
+ * lockfence_metrics_etcd_acquired(seconds): a lock was granted, seconds
+ *	  after the acquisition began (waiting for the lock included).
+ * lockfence_metrics_etcd_acquire_failed(): an acquisition ended without
+ *	  the lock (error, timeout, cancellation reported to the caller).
+ * lockfence_metrics_etcd_released(held_seconds): a lock acquired through
+ *	  lockfence_metrics_etcd_acquired ended (released, expired or lost),
+ *	  held_seconds after it was granted.
+ */
+extern void lockfence_metrics_etcd_acquired(double seconds);
+extern void lockfence_metrics_etcd_acquire_failed(void);
+extern void lockfence_metrics_etcd_released(double held_seconds);
+
+#endif							/* LOCKFENCE_METRICS_H */
