@@ -290,6 +290,16 @@ lockfence_observe(LockfenceHistogram hist, double seconds)
 }
 
 /*
+ * Would a rejection logged now reach the server log or the client?
+ */
+static bool
+lockfence_log_wanted(void)
+{
+	return lockfence_log_rejections != LF_LOG_OFF &&
+		message_level_is_interesting(lockfence_log_rejections);
+}
+
+/*
  * Emit the log line of one rejection at lockfence.log_rejections.  One
  * line, key=value, so that a log processor needs no DETAIL line:
  *
@@ -310,7 +320,7 @@ lockfence_log_rejection(int sqlstate, const char *reason,
 	char		highestbuf[32];
 	StringInfoData extra;
 
-	if (lockfence_log_rejections == LF_LOG_OFF)
+	if (!lockfence_log_wanted())
 		return;
 
 	if (has_token)
@@ -434,7 +444,7 @@ lockfence_metrics_missing_token(const char *relname, const char *resource)
 
 	lockfence_count(LFC_REJECTED_MISSING_TOKEN);
 
-	if (lockfence_log_rejections != LF_LOG_OFF)
+	if (lockfence_log_wanted())
 	{
 		has_highest = fence_store_current(resource, &highest);
 		lockfence_log_rejection(ERRCODE_LOCKFENCE_MISSING_TOKEN,

@@ -333,6 +333,14 @@ foreach my $sql ('SELECT * FROM lockfence.metrics',
 		qr/ERROR:  55000: lockfence metrics are not available.*HINT:  Add lockfence to shared_preload_libraries and restart the server\./s,
 		"without preloading, \"$sql\" raises 55000 with a hint");
 }
+$plain->safe_psql('postgres', q{
+CREATE FUNCTION lockfence_test_event(text, float8) RETURNS void
+    AS '$libdir/lockfence', 'lockfence_metrics_test_event' LANGUAGE C STRICT;
+});
+is($plain->psql('postgres',
+		"SELECT lockfence_test_event('acquired', 0.1), lockfence_test_event('acquire_failed', 0),"
+		  . " lockfence_test_event('released', 1)"),
+	0, 'without preloading, the functions the etcd client calls do nothing and do not fail');
 $plain->stop;
 
 done_testing();
