@@ -9,11 +9,13 @@
  * rejection log still works), and only the SQL functions that read the
  * metrics raise an error.
  *
- * None of the counting functions allocates memory, takes a heavyweight
- * lock or raises an error, so they are safe to call anywhere in a backend
- * except from a signal handler; the lockfence_metrics_etcd_* ones take no
- * lock at all.  They must still not be called from inside a libcurl
- * callback, per the project's rule for such callbacks.
+ * The lockfence_metrics_etcd_* functions only add to atomics: they take no
+ * lock, allocate nothing and never raise, so they may be called anywhere
+ * in a backend (even in a critical section or while cleaning up after an
+ * error), but, per the project's rule, not from inside a libcurl callback.
+ * The rejection functions also write the rejection log (and the missing
+ * token one reads the fence table for it), so they belong where an error
+ * may be raised: just before the rejection's own ereport.
  *
  * IDENTIFICATION
  *	  src/metrics.h

@@ -165,20 +165,32 @@ $c = counters();
 my $loop = q{SELECT count(*) FILTER (WHERE NOT lockfence.try_fence('shared', g % 100))
                   || '/' || count(*) FILTER (WHERE lockfence.try_fence('shared', 100))
              FROM generate_series(1, 400) AS g};
+# The two sessions wait on an advisory lock held here, so that they start
+# together once it is released.
+my $gate = $node->background_psql('postgres');
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
 my @runs;
 foreach my $i (1 .. 2)
 {
 	my $o = '';
 	my $h = IPC::Run::start(
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'),
-		  '-c', "SET lockfence.log_rejections = off", '-c', $loop ],
+		  '-c', 'SET lockfence.log_rejections = off',
+		  '-c', 'SELECT pg_advisory_lock_shared(4242)', '-c', $loop ],
 		'>', \$o, '2>', \my $e);
 	push @runs, [ $h, \$o ];
 }
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 2 FROM pg_locks
+           WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted}),
+	'both sessions wait at the gate');
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+$gate->quit;
 foreach my $r (@runs)
 {
 	$r->[0]->finish;
-	is(${ $r->[1] }, "400/400\n", 'a concurrent session saw its own 400 rejections and 400 acceptances');
+	is(${ $r->[1] }, "\n400/400\n",
+		'a concurrent session saw its own 400 rejections and 400 acceptances');
 }
 $c = moved(
 	$c,
