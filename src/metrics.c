@@ -195,8 +195,7 @@ lockfence_metrics_shmem_request(void)
 }
 
 /*
- * Zero all metrics.  The caller holds the lock exclusively or is the
- * postmaster initializing shared memory.
+ * Zero all metrics.  The caller holds the lock exclusively.
  */
 static void
 lockfence_metrics_zero(LockfenceMetricsShared *m)

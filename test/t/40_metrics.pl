@@ -20,6 +20,7 @@ $node->init;
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'lockfence'
 log_min_messages = warning
+restart_after_crash = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
@@ -318,6 +319,25 @@ like($err, qr/42501.*permission denied to set parameter "lockfence.log_rejection
 
 is(counters()->{proceeded_without_lock_total}, 0,
 	'proceeded_without_lock_total stayed 0 through every test');
+
+# --- a backend crash reinitializes shared memory, and the metrics --------
+
+ok(counters()->{fence_rejected_total} > 0, 'before the crash, rejections are counted');
+my $victim = $node->background_psql('postgres', on_error_stop => 0);
+my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
+my $log_offset = -s $node->logfile;
+kill 'KILL', $victim_pid;
+eval { $victim->quit; };
+$node->wait_for_log(
+	qr/server process \(PID $victim_pid\) was terminated by signal 9.*all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+	$log_offset);
+pass('the backend crashed and the server restarted');
+$c = counters();
+is(scalar(grep { $_ != 0 } values %$c), 0, 'after the crash restart, every counter is zero');
+is($node->safe_psql('postgres', "SELECT lockfence.try_fence('r1', 1)"), 'f',
+	'the fence table survived the crash');
+moved($c, { fence_rejected_stale_total => 1, fence_rejected_total => 1,
+	  rejection_resources_tracked => 1 }, 'and counting goes on');
 
 $node->stop;
 
