@@ -49,8 +49,10 @@ extern void lockfence_metrics_proceeded_without_lock(const char *relname);
  *
  * lockfence_metrics_etcd_acquired(seconds): a lock was granted, seconds
  *	  after the acquisition began (waiting for the lock included).
- * lockfence_metrics_etcd_acquire_failed(): an acquisition ended without
- *	  the lock (error, timeout, cancellation reported to the caller).
+ * lockfence_metrics_etcd_acquire_failed(): an acquisition ended in an
+ *	  error (etcd unreachable or refusing, wait timeout, cancellation).  A
+ *	  try_lock that finds the lock taken is contention, not an error: it
+ *	  calls neither function.
  * lockfence_metrics_etcd_released(held_seconds): a lock acquired through
  *	  lockfence_metrics_etcd_acquired ended (released, expired or lost),
  *	  held_seconds after it was granted.
