@@ -108,6 +108,7 @@ extern void etcd_malformed_reply(const char *what, const char *detail)
 /* etcd_session.c */
 extern void etcd_session_init(void);
 extern void etcd_session_track(int64 lease);
+extern void etcd_session_mark_acquired(int64 lease);
 extern void etcd_session_untrack(int64 lease);
 extern bool etcd_session_owns(int64 lease);
 

@@ -38,6 +38,7 @@
 
 #include "etcd.h"
 #include "lockfence.h"
+#include "metrics.h"
 
 /* Time allowed for revoking our lease after a failed acquisition. */
 #define ETCD_CLEANUP_MS		1000
@@ -493,6 +494,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 				 * of it.
 				 */
 				HOLD_INTERRUPTS();
+				lockfence_metrics_etcd_acquire_failed();
 				etcd_http_abort_all();
 				lock_req = ka_req = NULL;
 				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
@@ -573,17 +575,18 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		EtcdLockResult *res)
 {
 	int			granted_ttl;
-	int64		lease;
+	volatile int64 lease = 0;
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz started = GetCurrentTimestamp();
 	bool		got = false;
 
 	check_lock_args(name, ttl);
-	lease = etcd_lease_grant(ttl, &granted_ttl);
 
 	PG_TRY();
 	{
 		char	   *key;
 
+		lease = etcd_lease_grant(ttl, &granted_ttl);
 		if (try_only)
 		{
 			key = lock_key(name, lease);
@@ -600,18 +603,28 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	{
 		MemoryContextSwitchTo(cxt);
 		HOLD_INTERRUPTS();
+		lockfence_metrics_etcd_acquire_failed();
 		etcd_http_abort_all();
-		if (etcd_session_owns(lease))
+		if (lease != 0 && etcd_session_owns(lease))
 			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
 		RESUME_INTERRUPTS();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	if (!got)
+	if (got)
+	{
+		long		secs;
+		int			usecs;
+
+		etcd_session_mark_acquired(res->lease);
+		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
+		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
+	}
+	else
 	{
 		/* taken: remove our key and lease (errors here are reported) */
-		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		(void) etcd_lease_revoke(res->lease, etcd_request_timeout_ms, false);
 	}
 	return got;
 }
