@@ -92,6 +92,7 @@ extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 			pg_attribute_noreturn();
 
 /* etcd_json.c */
+extern const char *etcd_reply_context;
 extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);

@@ -354,6 +354,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
+	etcd_reply_context = path;
 	n = etcd_endpoint_count();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	/* give each endpoint a fair share, but enough for one election */

@@ -314,6 +314,7 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 		return -1;
 	}
 	resp = etcd_http_take_body(req, &len);
+	etcd_reply_context = "/v3/lease/keepalive";
 	if (!etcd_parse_reply(resp, len, &jb))
 		etcd_malformed_reply("a lease keepalive",
 							 "The reply is not a JSON object.");
@@ -391,6 +392,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 			}
 
 			resp = etcd_http_take_body(lock_req, &len);
+			etcd_reply_context = "/v3/lock/lock";
 			etcd_http_finish(lock_req);
 			lock_req = NULL;
 			parsed = etcd_parse_reply(resp, len, &jb);
