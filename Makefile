@@ -9,7 +9,7 @@ EXTVERSION = 1.0
 MODULE_big = lockfence
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-SQL_PARTS = sql/core.sql sql/trigger.sql $(wildcard sql/etcd.sql)
+SQL_PARTS = sql/core.sql sql/trigger.sql sql/metrics.sql $(wildcard sql/etcd.sql)
 DATA_built = lockfence--$(EXTVERSION).sql
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)

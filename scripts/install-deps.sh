@@ -20,6 +20,7 @@ packages=(
 	redis-server
 	zookeeper
 	python3-psycopg python3-redis python3-kazoo python3-yaml
+	prometheus-postgres-exporter
 	openssl
 )
 

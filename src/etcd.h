@@ -85,12 +85,14 @@ extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 extern void etcd_report_reply_error(const char *what, EtcdReply *reply)
 			pg_attribute_noreturn();
 extern bool etcd_transient_failure(long http_code, int grpc_code);
+extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 										const char *endpoint,
 										const char *detail)
 			pg_attribute_noreturn();
 
 /* etcd_json.c */
+extern const char *etcd_reply_context;
 extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);
@@ -107,6 +109,7 @@ extern void etcd_malformed_reply(const char *what, const char *detail)
 /* etcd_session.c */
 extern void etcd_session_init(void);
 extern void etcd_session_track(int64 lease);
+extern void etcd_session_mark_acquired(int64 lease);
 extern void etcd_session_untrack(int64 lease);
 extern bool etcd_session_owns(int64 lease);
 

@@ -37,6 +37,9 @@
 #define GRPC_UNAVAILABLE		14
 #define GRPC_UNAUTHENTICATED	16
 
+/* Pause after every endpoint failed once, before trying them again. */
+#define ETCD_RETRY_PAUSE_MS		200
+
 /* Parsed copy of lockfence.etcd_endpoints, in TopMemoryContext. */
 static char *parsed_from = NULL;
 static char **endpoints = NULL;
@@ -195,6 +198,20 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 }
 
 /*
+ * Does an error answer say that our auth token is not (or no longer)
+ * valid?  The lock service reports it as code 2 with etcd's message.
+ */
+bool
+etcd_reply_auth_invalid(EtcdReply *reply)
+{
+	return reply->grpc_code == GRPC_UNAUTHENTICATED ||
+		reply->http_code == 401 ||
+		(reply->error_text &&
+		 (strstr(reply->error_text, "invalid auth token") ||
+		  strstr(reply->error_text, "revision of auth store is old")));
+}
+
+/*
  * Raise the error for an error answer from etcd.
  */
 void
@@ -203,9 +220,13 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 	int			code;
 	const char *text = reply->error_text ? reply->error_text : "no message";
 
-	if (reply->grpc_code == GRPC_UNAUTHENTICATED || reply->http_code == 401)
+	/* the lock service wraps every error as code 2: look at the text too */
+	if (etcd_reply_auth_invalid(reply) ||
+		(reply->error_text && strstr(reply->error_text, "user name is empty")))
 		code = ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION;
-	else if (reply->grpc_code == GRPC_PERMISSION_DENIED || reply->http_code == 403)
+	else if (reply->grpc_code == GRPC_PERMISSION_DENIED ||
+			 reply->http_code == 403 ||
+			 (reply->error_text && strstr(reply->error_text, "permission denied")))
 		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	else if (etcd_transient_failure(reply->http_code, reply->grpc_code) ||
 			 reply->grpc_code == GRPC_DEADLINE_EXCEEDED)
@@ -329,9 +350,11 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	EtcdHttpStatus last_st = ETCD_HTTP_FAILED;
 	char	   *last_err = NULL;
 	const char *last_endpoint = NULL;
+	int			failures = 0;
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
+	etcd_reply_context = path;
 	n = etcd_endpoint_count();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	/* give each endpoint a fair share, but enough for one election */
@@ -383,10 +406,11 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 			read_error_fields(reply);
 
 			if (!is_auth && token && !refreshed &&
-				(reply->grpc_code == GRPC_UNAUTHENTICATED ||
-				 reply->http_code == 401))
+				etcd_reply_auth_invalid(reply))
 			{
 				/* token expired or revoked: fetch a new one, once */
+				elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+					 reply->error_text ? reply->error_text : "no message");
 				etcd_forget_auth_token();
 				refreshed = true;
 				continue;
@@ -404,17 +428,39 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 				return false;
 			etcd_report_transport_error(path, st, last_endpoint, NULL);
 		}
-		else
+		else if (st != ETCD_HTTP_TIMED_OUT || last_err == NULL ||
+				 GetCurrentTimestamp() < deadline)
 		{
 			last_st = st;
 			last_err = errtext;
+			reply->http_code = 0;
 		}
 
 		/* retry on the next endpoint while time remains */
+		elog(DEBUG1, "etcd request %s to %s failed: %s", path, last_endpoint,
+			 last_err ? last_err : "unknown error");
 		etcd_next_endpoint();
 		if (GetCurrentTimestamp() >= deadline)
 			break;
-		if (!quiet)
+		if (++failures % n == 0)
+		{
+			/* every endpoint failed: pause before the next round */
+			TimestampTz pause_end;
+
+			pause_end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													ETCD_RETRY_PAUSE_MS);
+			if (pause_end > deadline)
+				break;
+			while (GetCurrentTimestamp() < pause_end)
+			{
+				long		ms;
+
+				ms = (long) ((pause_end - GetCurrentTimestamp()) / 1000);
+				if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
+					CHECK_FOR_INTERRUPTS();
+			}
+		}
+		else if (!quiet)
 			CHECK_FOR_INTERRUPTS();
 	}
 

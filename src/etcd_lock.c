@@ -38,6 +38,7 @@
 
 #include "etcd.h"
 #include "lockfence.h"
+#include "metrics.h"
 
 /* Time allowed for revoking our lease after a failed acquisition. */
 #define ETCD_CLEANUP_MS		1000
@@ -182,11 +183,14 @@ prefix_end_b64(const char *prefix)
 
 /*
  * Read back our key and the holder of the name in one transaction.
- * Returns our key's create_revision; raises LF003 when our key is gone,
- * belongs to another lease, or is not the holder.
+ * Returns true with *token set to our key's create_revision when our key
+ * is the holder.  Raises LF003 when our key is gone or belongs to another
+ * lease.  When another key is ahead of ours, raises LF003 too, unless
+ * queued_ok, in which case it returns false.
  */
-static int64
-confirm_lock(const char *name, const char *key, int64 lease)
+static bool
+confirm_lock(const char *name, const char *key, int64 lease, bool queued_ok,
+			 int64 *token)
 {
 	StringInfoData body;
 	EtcdReply	reply;
@@ -246,10 +250,15 @@ confirm_lock(const char *name, const char *key, int64 lease)
 							&owner_len);
 	if (owner == NULL || owner_len != (int) strlen(key) ||
 		memcmp(owner, key, owner_len) != 0)
+	{
+		if (queued_ok)
+			return false;
 		report_lock_lost(name, key,
 						 "Another key under the lock name has a lower create_revision, so this session is not the holder.");
+	}
 
-	return create_rev;
+	*token = create_rev;
+	return true;
 }
 
 /*
@@ -305,6 +314,7 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 		return -1;
 	}
 	resp = etcd_http_take_body(req, &len);
+	etcd_reply_context = "/v3/lease/keepalive";
 	if (!etcd_parse_reply(resp, len, &jb))
 		etcd_malformed_reply("a lease keepalive",
 							 "The reply is not a JSON object.");
@@ -382,6 +392,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 			}
 
 			resp = etcd_http_take_body(lock_req, &len);
+			etcd_reply_context = "/v3/lock/lock";
 			etcd_http_finish(lock_req);
 			lock_req = NULL;
 			parsed = etcd_parse_reply(resp, len, &jb);
@@ -422,10 +433,14 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 					strstr(reply.error_text, "lease not found") != NULL)
 					report_lock_lost(name, key,
 									 "The lease expired or was revoked before the lock was granted.");
-				if (reply.grpc_code == 16 || code == 401)
+				if (etcd_reply_auth_invalid(&reply))
+				{
+					elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+						 reply.error_text ? reply.error_text : "no message");
 					etcd_forget_auth_token();
+				}
 				if ((etcd_transient_failure(code, reply.grpc_code) ||
-					 reply.grpc_code == 16 || code == 401) &&
+					 etcd_reply_auth_invalid(&reply)) &&
 					++failures <= max_failures)
 				{
 					etcd_next_endpoint();
@@ -471,7 +486,24 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 			sleep_ms = 1;
 
 		if (!etcd_http_wait(sleep_ms))
+		{
+			if (ProcDiePending && INTERRUPTS_CAN_BE_PROCESSED())
+			{
+				/*
+				 * The FATAL error reaches the client before the exit
+				 * callbacks run: remove our waiter key first, so that a
+				 * terminated waiter is visibly gone when the client learns
+				 * of it.
+				 */
+				HOLD_INTERRUPTS();
+				lockfence_metrics_etcd_acquire_failed();
+				etcd_http_abort_all();
+				lock_req = ka_req = NULL;
+				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+				RESUME_INTERRUPTS();
+			}
 			CHECK_FOR_INTERRUPTS();
+		}
 	}
 
 	if (ka_req)
@@ -480,40 +512,23 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 }
 
 /*
- * Try to create our key and become the holder at once, as the Mutex's
- * TryLock does.  Returns false (our key still exists; the caller revokes
- * the lease) when another key is ahead of ours.
+ * Create our lock key under our lease if it does not exist yet, as the
+ * Mutex's TryLock does.  Whether it is the holder is read back afterwards,
+ * so retrying this request on another endpoint is harmless.
  */
-static bool
-try_acquire(const char *name, int64 lease)
+static void
+create_lock_key(const char *name, int64 lease)
 {
-	StringInfoData body;
-	EtcdReply	reply;
 	char	   *key = lock_key(name, lease);
-	char	   *prefix = psprintf("%s/", name);
-	JsonbContainer *root;
-	JsonbContainer *hdr;
-	JsonbContainer *r1;
-	int64		rev;
-	int64		owner_rev;
-	JsonbValue *sv;
+	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *body;
+	EtcdReply	reply;
 
-	initStringInfo(&body);
-	appendStringInfo(&body,
-					 "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
-					 "\"success\":["
-					 "{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}},"
-					 "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-					 "\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":\"1\"}}],"
-					 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
-					 etcd_b64_encode(key, strlen(key)),
-					 etcd_b64_encode(key, strlen(key)),
-					 lease,
-					 etcd_b64_encode(prefix, strlen(prefix)),
-					 prefix_end_b64(prefix),
-					 etcd_b64_encode(key, strlen(key)));
+	body = psprintf("{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
+					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}}]}",
+					key64, key64, lease);
 
-	if (!etcd_call("/v3/kv/txn", body.data, etcd_request_timeout_ms, false,
+	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
 				   &reply))
 	{
 		if (reply.error_text && strstr(reply.error_text, "lease not found"))
@@ -521,35 +536,9 @@ try_acquire(const char *name, int64 lease)
 							 "The lease expired before the lock key was created.");
 		etcd_report_reply_error("creating the lock key", &reply);
 	}
-
-	root = &reply.json->root;
-	hdr = etcd_json_object(root, "header");
-	if (hdr == NULL || !etcd_json_int64(hdr, "revision", &rev))
+	if (etcd_json_object(&reply.json->root, "header") == NULL)
 		etcd_malformed_reply("creating the lock key",
-							 "The reply carries no revision.");
-	sv = getKeyJsonValueFromContainer(root, "succeeded", strlen("succeeded"),
-									  NULL);
-	if (sv == NULL || sv->type != jbvBool || !sv->val.boolean)
-	{
-		/* our key already existed: impossible for a fresh lease */
-		etcd_malformed_reply("creating the lock key",
-							 "A key for a newly granted lease already existed.");
-	}
-	if (etcd_json_array_length(root, "responses") != 2)
-		etcd_malformed_reply("creating the lock key",
-							 "The transaction reply does not carry two responses.");
-	r1 = etcd_json_object(etcd_json_array_object(root, "responses", 1),
-						  "response_range");
-	if (r1 == NULL || etcd_json_array_length(r1, "kvs") == 0)
-		etcd_malformed_reply("creating the lock key",
-							 "The range over the lock name found no key.");
-	if (!etcd_json_int64(etcd_json_array_object(r1, "kvs", 0),
-						 "create_revision", &owner_rev))
-		etcd_malformed_reply("creating the lock key",
-							 "The holder's key has no create_revision.");
-
-	/* our key was created at the transaction's revision */
-	return owner_rev == rev;
+							 "The reply carries no header.");
 }
 
 /*
@@ -588,50 +577,56 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		EtcdLockResult *res)
 {
 	int			granted_ttl;
-	int64		lease;
+	volatile int64 lease = 0;
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz started = GetCurrentTimestamp();
 	bool		got = false;
 
 	check_lock_args(name, ttl);
-	lease = etcd_lease_grant(ttl, &granted_ttl);
 
 	PG_TRY();
 	{
 		char	   *key;
 
+		lease = etcd_lease_grant(ttl, &granted_ttl);
 		if (try_only)
 		{
 			key = lock_key(name, lease);
-			got = try_acquire(name, lease);
+			create_lock_key(name, lease);
 		}
 		else
-		{
 			key = wait_for_lock(name, lease, granted_ttl, wait_ms);
-			got = true;
-		}
 
-		if (got)
-		{
-			res->key = key;
-			res->lease = lease;
-			res->token = confirm_lock(name, key, lease);
-		}
+		got = confirm_lock(name, key, lease, try_only, &res->token);
+		res->key = key;
+		res->lease = lease;
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
 		HOLD_INTERRUPTS();
+		lockfence_metrics_etcd_acquire_failed();
 		etcd_http_abort_all();
-		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+		if (lease != 0 && etcd_session_owns(lease))
+			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
 		RESUME_INTERRUPTS();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	if (!got)
+	if (got)
+	{
+		long		secs;
+		int			usecs;
+
+		etcd_session_mark_acquired(res->lease);
+		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
+		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
+	}
+	else
 	{
 		/* taken: remove our key and lease (errors here are reported) */
-		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		(void) etcd_lease_revoke(res->lease, etcd_request_timeout_ms, false);
 	}
 	return got;
 }

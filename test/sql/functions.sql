@@ -26,10 +26,10 @@ SELECT lockfence.fence('orders', 5);
 SELECT lockfence.fence('orders', 7);
 SELECT lockfence.current_token('orders');
 -- lower tokens are rejected, with the extension's SQLSTATE
-\set VERBOSITY verbose
 SELECT lockfence.fence('orders', 6);
-\set VERBOSITY default
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence('orders', 0);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.current_token('orders');
 
 -- try_fence answers false instead of raising
@@ -72,6 +72,7 @@ SELECT lockfence.fence('jobs', 3, 'worker-a');
 SELECT lockfence.fence('jobs', 3, 'worker-a');
 SELECT lockfence.fence('jobs', 3);
 SELECT lockfence.fence('jobs', 3, 'worker-b');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.try_fence('jobs', 3, 'worker-b');
 -- a higher token replaces the holder
 SELECT lockfence.fence('jobs', 4, 'worker-b');
@@ -90,12 +91,16 @@ ROLLBACK;
 
 -- input validation
 SELECT lockfence.fence(NULL, 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence('orders', NULL);
 SELECT lockfence.try_fence('orders', NULL);
 SELECT lockfence.fence('', 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence('orders', -1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence(repeat('x', 255), 1);
 SELECT lockfence.fence(repeat('x', 256), 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence(repeat('é', 128), 1);
 SELECT lockfence.fence('orders', 9223372036854775807) = 9223372036854775807 AS max_token;
 SELECT lockfence.current_token(NULL);
@@ -123,9 +128,11 @@ SELECT lockfence.fence('app', 1);
 SELECT lockfence.current_token('app');
 SELECT count(*) > 0 AS can_read FROM lockfence.fences;
 INSERT INTO lockfence.fences VALUES ('app', 0, now(), NULL);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 UPDATE lockfence.fences SET token = 0;
 DELETE FROM lockfence.fences;
 SELECT lockfence.reset('app');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 RESET ROLE;
 SELECT lockfence.current_token('app');
 

@@ -10,9 +10,8 @@ CREATE TRIGGER fence_truncate BEFORE TRUNCATE ON ledger
     FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger('resource=ledger');
 
 -- no token: every kind of write is rejected
-\set VERBOSITY verbose
 INSERT INTO ledger VALUES (1, 10);
-\set VERBOSITY default
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 COPY ledger FROM stdin;
 1	10
 \.
@@ -115,6 +114,7 @@ UPDATE accounts SET tenant = 'globex', fence_token = 1 WHERE id = 2;
 COMMIT;
 -- a NULL resource is rejected
 UPDATE accounts SET tenant = NULL, fence_token = 1 WHERE id = 2;
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 -- TRUNCATE cannot be fenced per row resource
 TRUNCATE accounts;
 -- INSERT ... ON CONFLICT DO UPDATE goes through the same checks
@@ -146,6 +146,7 @@ SELECT count(*), sum(amount) FROM ledger;
 CREATE TABLE misuse (id int, tok int, tok8 bigint);
 CREATE TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
 CREATE TRIGGER t BEFORE INSERT OR UPDATE ON misuse
@@ -162,6 +163,7 @@ CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource=n');
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resourse=m');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('m');
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
@@ -170,8 +172,10 @@ CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource_prefix=p');
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=nope');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'token_column=tok');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'token_column=xmin');
 SELECT count(*) FROM pg_trigger WHERE tgrelid = 'misuse'::regclass;
