@@ -30,6 +30,11 @@ ZK_HOSTS = os.environ.get("LOCKFENCE_DEMO_ZK", "")
 
 TABLE = "demo.reports"
 
+# Rejections seen by the scenarios, by kind, to hold against lockfence.metrics.
+SEEN_REJECTIONS = {"fence_rejected_stale_total": 0,
+                   "fence_rejected_holder_conflict_total": 0,
+                   "write_rejected_missing_token_total": 0}
+
 # Children are forked, so they share the scenario's start time.
 mp = multiprocessing.get_context("fork")
 
@@ -72,6 +77,13 @@ class Scenario:
             ok = result["accepted"]
         else:
             ok = (not result["accepted"]) and result["sqlstate"] == want
+        if ok and not result["accepted"]:
+            if result["sqlstate"] == "LF002":
+                SEEN_REJECTIONS["write_rejected_missing_token_total"] += 1
+            elif "another holder" in (result["message"] or ""):
+                SEEN_REJECTIONS["fence_rejected_holder_conflict_total"] += 1
+            else:
+                SEEN_REJECTIONS["fence_rejected_stale_total"] += 1
         if ok:
             shown = "no token" if result["token"] is None else f"token {result['token']}"
             self.log("check", f"ok: {result['who']}'s write with {shown} "
@@ -609,6 +621,24 @@ def report():
             except psycopg.Error as e:
                 print()
                 print(f"--- {view}: skipped ({e.sqlstate}: {e.diag.message_primary}) ---")
+                continue
+            if view == "lockfence.metrics":
+                compare_metrics(conn)
+
+
+def compare_metrics(conn):
+    """Hold the rejection counters against the rejections the timeline saw.
+
+    Informational: the demonstration's verdict is the checks above.
+    """
+    counters = dict(conn.execute("SELECT name, value FROM lockfence.metrics").fetchall())
+    for name, seen in SEEN_REJECTIONS.items():
+        if name not in counters:
+            continue
+        agree = "agrees" if counters[name] == seen else "DIFFERS"
+        print(f"  {name} = {counters[name]}: {agree} with the "
+              f"{seen} such rejection{'s' if seen != 1 else ''} in the timelines")
+    sys.stdout.flush()
 
 
 SCENARIOS = {
