@@ -20,6 +20,9 @@
 #   LOCKFENCE_DEMO_KEEP=1   keep the temporary folder (logs) after the run
 #   LOCKFENCE_DEMO_SCENARIOS  e.g. "0 2" to run only some scenarios
 
+# The cleanup and the readiness probes are called through trap and wait_for.
+# shellcheck disable=SC2317
+
 set -euo pipefail
 
 DEMO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -97,11 +100,10 @@ export LOCKFENCE_DEMO_PIDFILE=$T/workers.pids
 # start_time PID: the process's start time (field 22 of /proc/PID/stat),
 # which tells a process apart from a later one that reuses its pid
 start_time() {
-	local stat
+	local stat fields
 	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-	stat=${stat##*) }
-	set -- $stat
-	echo "${20}"
+	read -r -a fields <<<"${stat##*) }"
+	echo "${fields[19]}"
 }
 
 # started PID: remember a server started in the background.  It is
@@ -302,7 +304,7 @@ export LOCKFENCE_DEMO_ZK="127.0.0.1:$ZK_PORT"
 export LOCKFENCE_DEMO_ETCD_PID=$ETCD_PID LOCKFENCE_DEMO_ZK_PID=$ZK_PID
 
 set +e
-"$PY" "$DEMO_DIR/scenarios.py" ${LOCKFENCE_DEMO_SCENARIOS:-}
+"$PY" "$DEMO_DIR/scenarios.py" "${LOCKFENCE_DEMO_SCENARIOS:-}"
 rc=$?
 set -e
 exit "$rc"
