@@ -30,7 +30,9 @@
 #	  postgres on a free port and a private unix socket.
 #
 #	  Settings (environment): ROUNDS (5), DURATION (seconds per pgbench
-#	  run, 8), BULK_ROWS (100000), PG_CONFIG, KEEP=1 keeps the temp folder.
+#	  run, 5), B3_ROUNDS (2 * ROUNDS + 1), BULK_ROWS (100000), PG_CONFIG,
+#	  PRELOAD (1: lockfence in shared_preload_libraries, its metrics on),
+#	  KEEP=1 keeps the temp folder.
 #
 # IDENTIFICATION
 #	  bench/core.sh
@@ -213,7 +215,8 @@ samples() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
 
 echo
 echo "lockfence core benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -srm)"
-echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), fsync on, synchronous_commit on (async: off);" \
+echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), lockfence preloaded: $([ "${PRELOAD:-1}" = 1 ] && echo yes || echo no)," \
+	"fsync on, synchronous_commit on (async: off);" \
 	"pgbench -M prepared -c $CLIENTS -j $JOBS -T $DURATION;"
 echo "B1/B2 $ROUNDS rounds; B3 $B3_ROUNDS rounds of one UPDATE of $BULK_ROWS rows (the statement's"
 echo "wall-clock time, and its backend's CPU time user + system)"
@@ -269,6 +272,11 @@ for m in ms cpu; do
 		printf '%-3s %-44s %7.3f  [%5.3f-%5.3f]\n' "(B3" "$what $desc)" "$med" "$lo" "$hi"
 	done
 done
+if [ "${PRELOAD:-1}" = 1 ]; then
+	accepted=$(psql_q -c "SELECT value FROM lockfence.read_metrics() WHERE name = 'fence_accepted_total'")
+	echo "lockfence metrics on: fence_accepted_total = $accepted"
+	[ "${accepted:-0}" -gt 0 ] || die "the preloaded metrics counted no accepted check"
+fi
 echo
 if [ "$MET_ALL" = 1 ]; then
 	echo "all targets met"

@@ -5,8 +5,9 @@
 #	  tree, a throwaway server run as user postgres, the benchmark tables,
 #	  and a check that both fence triggers really reject stale writes.
 #
-#	  Expects CLIENTS and BULK_ROWS; sets BIN, WORK, SOCK, PORT, as_pg and
-#	  psql_q.  The EXIT trap stops the server and removes WORK.
+#	  Expects CLIENTS and BULK_ROWS; PRELOAD=0 leaves lockfence out of
+#	  shared_preload_libraries (default: in, so its metrics count).  Sets
+#	  BIN, WORK, SOCK, PORT, as_pg and psql_q.  The EXIT trap stops the server and removes WORK.
 #
 # IDENTIFICATION
 #	  bench/setup.sh
@@ -93,6 +94,11 @@ max_wal_size = 4GB			# CHECKPOINT is run between runs instead
 checkpoint_timeout = 30min
 max_connections = 20
 EOF
+# With the library preloaded its metrics count every check (shared-memory
+# atomics): the configuration docs/metrics.md describes, and the costlier one.
+if [ "${PRELOAD:-1}" = 1 ]; then
+	echo "shared_preload_libraries = 'lockfence'" >>"$WORK/data/postgresql.conf"
+fi
 
 PORT=
 for attempt in 1 2 3 4 5 6 7 8; do
