@@ -13,14 +13,21 @@
 #	      equivalent check.  Target: lockfence TPS >= PL/pgSQL TPS.
 #	  B3  one transaction updating BULK_ROWS (100,000) rows under one
 #	      token, vs no trigger and vs the PL/pgSQL trigger.  Targets:
-#	      <= 1.3x the unprotected time, >= 3x faster than PL/pgSQL.
+#	      <= 1.3x the unprotected time, >= 3x faster than PL/pgSQL.  A
+#	      no-op C trigger is timed too: the floor of any row trigger.
 #
 #	  The machine is shared and noisy, so all variants run interleaved in
-#	  one run: ROUNDS short rounds, the order of the variants rotating from
-#	  round to round, each run preceded by VACUUM and CHECKPOINT so that
-#	  every run starts from the same state.  A ratio is the median of the
-#	  per-round ratios (each compares runs made seconds apart); the spread
-#	  is the lowest and highest per-round ratio.
+#	  one run: ROUNDS short rounds (B3_ROUNDS for B3), the order of the
+#	  variants rotating from round to round, each run preceded by VACUUM
+#	  and CHECKPOINT so that every run starts from the same state.  A ratio
+#	  is the median of the per-round ratios (each compares runs made
+#	  seconds apart); the spread is the lowest and highest per-round ratio.
+#	  B1 runs each variant with fsync'ed commits and with
+#	  synchronous_commit = off ("async", CPU-bound), and reports besides
+#	  TPS the server's CPU time per transaction; B3 reports besides the
+#	  wall-clock time the backend's CPU time.  CPU time is what the load
+#	  of others on the machine disturbs least.  docs/bench-core.md has
+#	  the figures and how to read them.
 #
 #	  Run as root.  It sets up everything itself, in a temp folder that is
 #	  removed at exit: a private copy of the system PostgreSQL 15 with the
@@ -170,7 +177,7 @@ for ((round = 0; round < ROUNDS; round++)); do
 		run=${B1_RUNS[$(((i + round) % ${#B1_RUNS[@]}))]}
 		v=${run%:async}
 		if [ "$run" = "$v" ]; then
-			opts= suffix=
+			opts="" suffix=""
 		else
 			opts="-c synchronous_commit=off" suffix=_async
 		fi
@@ -257,7 +264,7 @@ check B1 "async: CPU/xact none / CPU/xact lockfence" \
 check B2 "async: CPU/xact PL/pgSQL / CPU/xact lf" \
 	"$(ratio_stats "$WORK/b1_plpgsql_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 1.00
 for m in ms cpu; do
-	[ $m = ms ] && what=wall-clock || what="CPU"
+	[ $m = ms ] && what="wall-clock" || what="CPU"
 	check B3 "$what lockfence / no trigger" \
 		"$(ratio_stats "$WORK/b3_lockfence.$m" "$WORK/b3_none.$m")" "<=" 1.30
 	check B3 "$what PL/pgSQL trigger / lockfence" \
@@ -265,7 +272,7 @@ for m in ms cpu; do
 done
 echo "For reference, the floor of any row trigger and the most any trigger could reach:"
 for m in ms cpu; do
-	[ $m = ms ] && what=wall-clock || what="CPU"
+	[ $m = ms ] && what="wall-clock" || what="CPU"
 	for pair in "ctrig none no-op C trigger / no trigger" "plpgsql none PL/pgSQL trigger / no trigger"; do
 		read -r a b desc <<<"$pair"
 		read -r med lo hi <<<"$(ratio_stats "$WORK/b3_$a.$m" "$WORK/b3_$b.$m")"

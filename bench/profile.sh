@@ -30,6 +30,7 @@ set -euo pipefail
 N1=${N1:-200}
 N2=${N2:-1200}
 BULK_ROWS=${BULK_ROWS:-20000}
+# shellcheck disable=SC2034  # read by setup.sh
 CLIENTS=4
 OUT=${OUT:-/tmp/lockfence-profile}
 
@@ -39,6 +40,7 @@ command -v valgrind >/dev/null || { echo "profile.sh: needs valgrind (apt-get in
 
 # The runs below use a single-user backend: stop the server.
 runuser -u postgres -- "$BIN/pg_ctl" -D "$WORK/data" -m fast -w stop >/dev/null
+# shellcheck disable=SC2034  # read by the EXIT trap of setup.sh
 SERVER_STARTED=
 
 rm -rf "$OUT"

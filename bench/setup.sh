@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 #
 # bench/setup.sh
 #	  Shared setup of the lockfence benchmarks, sourced by core.sh and
@@ -101,7 +102,7 @@ if [ "${PRELOAD:-1}" = 1 ]; then
 fi
 
 PORT=
-for attempt in 1 2 3 4 5 6 7 8; do
+for _ in 1 2 3 4 5 6 7 8; do
 	p=$((20000 + RANDOM % 40000))
 	port_in_use "$p" && continue
 	if runuser -u postgres -- "$BIN/pg_ctl" -D "$WORK/data" -w -t 60 \
