@@ -325,6 +325,10 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
 
+	/* The common case, served without SPI when nothing stands in the way. */
+	if (fence_fastpath_share_equal(resource, token, holder, outcome))
+		return;
+
 	fence_store_enter(&state);
 
 	for (;;)
