@@ -74,10 +74,9 @@ sub new
 
 	$self->{dir} = PostgreSQL::Test::Utils::tempdir('etcd');
 
-	# etcd's data (WAL with fsync) goes to tmpfs when there is one: on a
-	# shared machine, disk stalls of several seconds otherwise delay etcd's
-	# lease renewals past short test TTLs.  The tests are about lockfence,
-	# not etcd's durability.
+	# etcd's data (WAL with fsync) goes to tmpfs when there is one, so the
+	# tests do not depend on the disk latency of a shared machine.  They are
+	# about lockfence, not etcd's durability.
 	if (!$opts{data_on_disk} && -d '/dev/shm' && -w '/dev/shm')
 	{
 		$self->{data_dir} =
