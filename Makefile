@@ -29,13 +29,15 @@ ISOLATION_OPTS = --inputdir=test --temp-instance=tmp_isolation
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
-PROVE_FLAGS = -I test/perl
 
 EXTRA_CLEAN = tmp_regress tmp_isolation
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# After the include: Makefile.global resets PROVE_FLAGS.
+PROVE_FLAGS += -I test/perl
 
 # The Makefile is a prerequisite too: it says which parts make a script.
 lockfence--1.0.sql: $(SQL_1_0) Makefile

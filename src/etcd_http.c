@@ -72,7 +72,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static int	socket_cb(CURL *easy, curl_socket_t s, int what, void *userp,
 					  void *socketp);
 static int	timer_cb(CURLM *m, long timeout_ms, void *userp);
-static void collect_done(void);
+static int	collect_done(void);
 static void ensure_multi(void);
 static void free_req(EtcdHttpReq *req);
 
@@ -320,13 +320,15 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 }
 
 /*
- * Move finished transfers' results into their requests.
+ * Move finished transfers' results into their requests; returns how many
+ * finished.
  */
-static void
+static int
 collect_done(void)
 {
 	CURLMsg    *msg;
 	int			left;
+	int			ndone = 0;
 
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
@@ -341,7 +343,9 @@ collect_done(void)
 		req->result = msg->data.result;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE,
 						  &req->http_code);
+		ndone++;
 	}
+	return ndone;
 }
 
 /*
@@ -360,8 +364,15 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
 	PG_TRY();
 	{
 		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH,
-						  PGINVALID_SOCKET, NULL, NULL);
+
+		/*
+		 * While exiting (revoking our leases), the caller's short deadline
+		 * bounds the wait, and the leases are worth revoking even if the
+		 * postmaster is gone.
+		 */
+		if (!exiting)
+			AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+							  NULL, NULL);
 		for (i = 0; i < nsocks; i++)
 		{
 			uint32		ev = 0;
@@ -390,8 +401,7 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
  * latch was set (the caller should CHECK_FOR_INTERRUPTS()).
  *
  * Errors are raised only here, outside libcurl.  Postmaster death ends the
- * process unless it is already exiting, in which case the wait just
- * returns.
+ * process, unless it is already exiting.
  */
 bool
 etcd_http_wait(long max_wait_ms)
@@ -407,12 +417,18 @@ etcd_http_wait(long max_wait_ms)
 	if (multi == NULL)
 		return true;
 
-	/* First let libcurl start anything that is due. */
+	/*
+	 * First let libcurl start anything that is due.  On loopback this can
+	 * complete a whole exchange (connect, send, and read a reply that is
+	 * already there): then return at once, as no socket is left to wake the
+	 * wait below.
+	 */
 	if (curl_timer_ms == 0)
 	{
 		curl_timer_ms = -1;
 		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-		collect_done();
+		if (collect_done() > 0)
+			return true;
 	}
 
 	if (curl_timer_ms > 0)
@@ -438,12 +454,6 @@ etcd_http_wait(long max_wait_ms)
 		{
 			ResetLatch(MyLatch);
 			latch_set = true;
-		}
-		else if (ev->events & WL_POSTMASTER_DEATH)
-		{
-			/* only while exiting: give up on the network */
-			etcd_http_abort_all();
-			return false;
 		}
 		else if (ev->events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
 		{
@@ -496,6 +506,13 @@ etcd_http_status(EtcdHttpReq *req)
 		case CURLE_COULDNT_CONNECT:
 		case CURLE_COULDNT_RESOLVE_HOST:
 		case CURLE_COULDNT_RESOLVE_PROXY:
+		case CURLE_SSL_CONNECT_ERROR:
+		case CURLE_PEER_FAILED_VERIFICATION:
+		case CURLE_SSL_CERTPROBLEM:
+		case CURLE_SSL_CACERT_BADFILE:
+		case CURLE_SSL_CIPHER:
+		case CURLE_SSL_ISSUER_ERROR:
+		case CURLE_SSL_CRL_BADFILE:
 			return ETCD_HTTP_CONNECT_FAILED;
 		case CURLE_OPERATION_TIMEDOUT:
 			return ETCD_HTTP_TIMED_OUT;

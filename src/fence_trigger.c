@@ -43,6 +43,7 @@
 #include "nodes/bitmapset.h"
 #include "parser/parse_relation.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -379,6 +380,28 @@ fence_trigger_sets_token(FenceTriggerConfig *config, TriggerData *trigdata)
 }
 
 /*
+ * Does an UPDATE keep the resource column's value, bit for bit?
+ */
+static bool
+fence_trigger_same_resource(FenceTriggerConfig *config, TriggerData *trigdata,
+							TupleDesc tupdesc)
+{
+	Form_pg_attribute att = TupleDescAttr(tupdesc, config->resource_attnum - 1);
+	bool		oldnull;
+	bool		newnull;
+	Datum		oldvalue = heap_getattr(trigdata->tg_trigtuple,
+										config->resource_attnum, tupdesc,
+										&oldnull);
+	Datum		newvalue = heap_getattr(trigdata->tg_newtuple,
+										config->resource_attnum, tupdesc,
+										&newnull);
+
+	if (oldnull || newnull)
+		return false;			/* let fence_trigger_resource() report it */
+	return datumIsEqual(oldvalue, newvalue, att->attbyval, att->attlen);
+}
+
+/*
  * lockfence.fence_trigger()
  */
 Datum
@@ -434,8 +457,13 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	fenced = fence_trigger_row(config, trigdata, tuple, resource,
 							   fence_trigger_sets_token(config, trigdata));
 
-	/* A row moving to another resource must be fenced for both. */
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && config->resource == NULL)
+	/*
+	 * A row moving to another resource must be fenced for both.  Most
+	 * UPDATEs leave the resource column alone: an unchanged datum names the
+	 * same resource, which spares converting the old value to text.
+	 */
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && config->resource == NULL &&
+		!fence_trigger_same_resource(config, trigdata, tupdesc))
 	{
 		char	   *old_resource = fence_trigger_resource(config,
 														  trigdata->tg_trigtuple,

@@ -82,6 +82,23 @@ like($err, qr/NOTICE:.*does not exist/, '... with a NOTICE');
 ($rc, $out, $err, $state) = run_sql("SELECT lockfence.etcd_keepalive($lease)");
 is($state, 'LF003', 'keepalive of a revoked lease raises LF003');
 
+# --- no call waits for nothing ----------------------------------------------
+# (a request that completes inside libcurl's first step must not leave the
+# backend waiting for the request timeout; healthy calls take milliseconds)
+
+my $slowest = 0;
+for my $i (1 .. 30)
+{
+	my $t = time;
+	$s1->query_safe(
+		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_try_lock('quick')");
+	my $d = time - $t;
+	$slowest = $d if $d > $slowest;
+}
+ok($slowest < 2.5,
+	sprintf('30 try_lock/unlock cycles, slowest %.3f s (request timeout 5 s)',
+		$slowest));
+
 # --- try-lock -------------------------------------------------------------
 
 $row = $s1->query_safe(
@@ -195,6 +212,20 @@ $elapsed = time - $t0;
 ok($elapsed < 5, "released well before its 60 s TTL ($elapsed s)");
 ok(!(grep { $_ eq lease_hex($elease) } $etcd->leases),
 	'lease revoked at backend exit');
+
+# A terminated holder frees its lock at once too.
+my $s3 = LockfenceTest::Etcd::session($node);
+$row = $s3->query_safe(
+	"SELECT key || '|' || lease FROM lockfence.etcd_lock('termlk', 60)");
+chomp $row;
+my ($tkey2, $tlease2) = split /\|/, $row;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($s3->{pid})");
+ok( LockfenceTest::Etcd::poll_until(
+		5, sub { !defined $etcd->key_info($tkey2) }),
+	'lock released after pg_terminate_backend of its holder');
+ok(!(grep { $_ eq lease_hex($tlease2) } $etcd->leases),
+	'lease revoked after pg_terminate_backend of its holder');
+eval { $s3->quit };
 
 # --- permissions ----------------------------------------------------------
 

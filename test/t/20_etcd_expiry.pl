@@ -19,7 +19,8 @@ my $etcd = LockfenceTest::Etcd->new();
 my $node = PostgreSQL::Test::Cluster->new('etcd_expiry');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n"
+	  . "restart_after_crash = on\n");
 $node->start;
 $node->safe_psql(
 	'postgres', q{
@@ -48,11 +49,12 @@ my $h = verbose_session();
 my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('ka', 60)");
 chomp $hkey;
 my $w = verbose_session();
+$w->query_safe("SET log_min_messages = debug2");
 LockfenceTest::Etcd::send_query($w,
-	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 3);");
+	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 5);");
 ok(wait_for_keys('ka/', 2), 'short-TTL waiter queued');
 my $t0 = time;
-sleep 1 while time < $t0 + 6;    # twice the waiter's TTL
+sleep 1 while time < $t0 + 10;    # twice the waiter's TTL
 is(scalar($etcd->keys('ka/')), 2, 'waiter key survived twice its TTL');
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
 my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
@@ -150,6 +152,44 @@ unlike($out, qr/\d/, '... and no token');
 ok($elapsed < 15, "... promptly after the holder released ($elapsed s)");
 is_deeply([ $etcd->keys('lost2/') ], [], 'no key left under the name');
 
+# --- a waiter survives an etcd restart (re-queues with the same lease) ---------
+
+$hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('restart', 60)");
+chomp $hkey;
+my $htoken = $etcd->key_info($hkey)->{create_revision};
+$w->query_safe("SET lockfence.etcd_request_timeout = '60s'");
+$w->query_safe("SET log_min_messages = debug1");
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key || '|' || token FROM lockfence.etcd_lock('restart', 10, '120 s');");
+ok(wait_for_keys('restart/', 2), 'waiter queued before the restart');
+$etcd->stop;
+$etcd->start;
+is(scalar($etcd->keys('restart/')), 2, 'both keys survived the restart');
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+($out, $err) = LockfenceTest::Etcd::wait_result($w, 60);
+($wkey, $wtoken) = split /\|/, $out;
+ok(defined $wtoken && $wtoken > $htoken,
+	'waiter acquired the lock after etcd restarted')
+  or diag("stdout: $out\nstderr: $err");
+$w->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
+
 $_->quit for ($h, $w, $a, $b);
+
+# --- a crashed backend's lock is freed by its TTL ------------------------------
+
+my $c = verbose_session();
+my $ckey = $c->query_safe("SELECT key FROM lockfence.etcd_lock('crash', 4)");
+chomp $ckey;
+kill 'KILL', $c->{pid};
+eval { $c->quit };
+ok(defined $etcd->key_info($ckey),
+	'the key of a backend killed with SIGKILL is still there (no cleanup ran)');
+ok(LockfenceTest::Etcd::poll_until(30, sub { !defined $etcd->key_info($ckey) }),
+	'... and is freed by its TTL');
+$node->poll_query_until('postgres', 'SELECT 1', '1');
+my $crow = $node->safe_psql('postgres',
+	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('crash', 10, '10 s')");
+is($crow, 't', 'the lock can be taken again after the crash');
+
 $node->stop;
 done_testing();
