@@ -48,6 +48,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
@@ -324,6 +325,10 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
+
+	/* A check may advance or lock the fence: it is a write. */
+	PreventCommandIfReadOnly("lockfence.fence()");
+	PreventCommandDuringRecovery("lockfence.fence()");
 
 	/* The common case, served without SPI when nothing stands in the way. */
 	if (fence_fastpath_share_equal(resource, token, holder, outcome))

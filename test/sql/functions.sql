@@ -107,6 +107,12 @@ SELECT lockfence.current_token(NULL);
 SELECT lockfence.current_token('');
 SELECT lockfence.reset(NULL);
 
+-- a check is a write: not in a read-only transaction
+BEGIN READ ONLY;
+SELECT lockfence.fence('orders', 1);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
 -- reset is for operators
 SELECT lockfence.reset('orders');
 SELECT lockfence.reset('orders');
