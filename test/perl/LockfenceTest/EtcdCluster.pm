@@ -1,0 +1,657 @@
+
+=pod
+
+=head1 NAME
+
+LockfenceTest::EtcdCluster - start real etcd members for lockfence tests
+
+=head1 SYNOPSIS
+
+  use LockfenceTest::EtcdCluster;
+
+  my $etcd = LockfenceTest::EtcdCluster->new(members => 3, tls => 1, auth => 1);
+  $etcd->start;
+  my $urls = $etcd->endpoints;          # comma-separated client URLs
+  my $i = $etcd->leader_index;          # which member leads now
+  $etcd->kill_member($i);               # SIGKILL, as in a crash
+  $etcd->restart_member($i);
+  $etcd->etcdctl('put', 'k', 'v');      # as root when auth is on
+  $etcd->stop;                          # also done by END, even on failure
+
+=head1 DESCRIPTION
+
+Starts one to three members of Debian's etcd-server (3.4) on 127.0.0.1 with
+free client and peer ports and data in a temporary folder, optionally
+serving clients over TLS with client-certificate checking (a CA, a server
+and a client certificate are made with openssl when the cluster starts),
+and optionally with authentication enabled (user root, plus a user with a
+read-write role on the whole keyspace).  start() returns once every member
+answers a health check.  Every member ever started is killed by an END
+block, whatever the outcome of the test.
+
+Peers always talk plain HTTP to each other on loopback; only the client
+side is TLS.  Nothing here mocks etcd.
+
+=cut
+
+package LockfenceTest::EtcdCluster;
+
+use strict;
+use warnings;
+
+use Carp;
+use File::Temp ();
+use IO::Socket::INET;
+use IPC::Run ();
+use JSON::PP;
+use POSIX ();
+use Time::HiRes qw(usleep time);
+
+# Every member started by any cluster object: pid => 1.  END kills them.
+my %live_pids;
+
+# Ports handed out in this process, so two clusters never share one.
+my %used_ports;
+
+# The process that loaded this module; forked children must not clean up.
+my $owner_pid = $$;
+
+our $ETCD = $ENV{ETCD_BIN} // '/usr/bin/etcd';
+our $ETCDCTL = $ENV{ETCDCTL_BIN} // '/usr/bin/etcdctl';
+
+# Test credentials.  Deliberately recognisable, so tests can grep logs for them.
+our $ROOT_PASSWORD = 'root-Pw-5f2c9a';
+our $USER_NAME = 'lockuser';
+our $USER_PASSWORD = 'lockuser-Pw-8d41e7';
+
+=pod
+
+=head1 METHODS
+
+=over
+
+=item new(members => N, tls => 0|1, auth => 0|1, name => 'x')
+
+Describe a cluster; nothing runs until start().
+
+=cut
+
+sub new
+{
+	my ($class, %args) = @_;
+	my $self = {
+		members => $args{members} // 1,
+		tls => $args{tls} // 0,
+		auth => $args{auth} // 0,
+		name => $args{name} // 'lfetcd',
+		heartbeat_ms => $args{heartbeat_ms} // 100,
+		election_ms => $args{election_ms} // 1000,
+		member => [],
+		owner_pid => $$,
+	};
+	croak "members must be 1..5" if $self->{members} < 1 || $self->{members} > 5;
+	$self->{tmp} = File::Temp->newdir("lf_etcd_XXXXXX", TMPDIR => 1, CLEANUP => 1);
+	$self->{dir} = $self->{tmp}->dirname;
+	return bless $self, $class;
+}
+
+=pod
+
+=item free_port()
+
+A TCP port on 127.0.0.1 that nothing listens on right now (bind to port 0
+and let the kernel choose), not handed out before by this process.
+
+=cut
+
+sub free_port
+{
+	for (1 .. 50)
+	{
+		my $s = IO::Socket::INET->new(
+			LocalAddr => '127.0.0.1',
+			LocalPort => 0,
+			Proto => 'tcp',
+			Listen => 1,
+			ReuseAddr => 0) or croak "cannot bind: $!";
+		my $port = $s->sockport;
+		close $s;
+		next if $used_ports{$port}++;
+		return $port;
+	}
+	croak "no free port found";
+}
+
+=pod
+
+=item dir(), scheme(), endpoints(), endpoint_list()
+
+The temporary folder; "http" or "https"; the client URLs of all members as
+one comma-separated string, or as a list.
+
+=cut
+
+sub dir { return $_[0]->{dir}; }
+sub scheme { return $_[0]->{tls} ? 'https' : 'http'; }
+
+sub endpoint_list
+{
+	my ($self) = @_;
+	return map { $_->{client_url} } @{ $self->{member} };
+}
+
+sub endpoints
+{
+	my ($self) = @_;
+	return join(',', $self->endpoint_list);
+}
+
+=pod
+
+=item client_url(i), pid(i), is_running(i)
+
+=cut
+
+sub client_url { return $_[0]->{member}[ $_[1] ]{client_url}; }
+sub pid { return $_[0]->{member}[ $_[1] ]{pid}; }
+sub is_running { return defined $_[0]->{member}[ $_[1] ]{pid}; }
+
+=pod
+
+=item ca_file(), client_cert_file(), client_key_file(), server_cert_file(), server_key_file()
+
+Paths of the test PKI (only with tls => 1).
+
+=cut
+
+sub ca_file { return $_[0]->{dir} . '/pki/ca.crt'; }
+sub server_cert_file { return $_[0]->{dir} . '/pki/server.crt'; }
+sub server_key_file { return $_[0]->{dir} . '/pki/server.key'; }
+sub client_cert_file { return $_[0]->{dir} . '/pki/client.crt'; }
+sub client_key_file { return $_[0]->{dir} . '/pki/client.key'; }
+
+# Run a command without a shell; return (exit code, stdout and stderr).
+sub _capture
+{
+	my (@cmd) = @_;
+	my $out = '';
+	local $ENV{ETCDCTL_API} = 3;
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>&1');
+	return ($? >> 8, $out);
+}
+
+# Run a command, croak with its output on failure; return the output.
+sub _run
+{
+	my (@cmd) = @_;
+	my ($rc, $out) = _capture(@cmd);
+	croak "command failed (exit $rc): @cmd\n$out" if $rc != 0;
+	return $out;
+}
+
+=pod
+
+=item make_pki()
+
+Create a throw-away CA, a server certificate for 127.0.0.1/localhost
+(usable for server and client auth: etcd's own JSON gateway presents it
+when it calls the gRPC server) and a client certificate (no CN,
+see below).  EC keys, valid for two days.
+
+=cut
+
+sub make_pki
+{
+	my ($self) = @_;
+	my $p = "$self->{dir}/pki";
+	mkdir $p or croak "mkdir $p: $!";
+	my @ec = ('-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes');
+
+	_run('openssl', 'req', '-x509', @ec, '-keyout', "$p/ca.key",
+		'-out', "$p/ca.crt", '-days', '2', '-subj', '/CN=lockfence test CA',
+		'-addext', 'basicConstraints=critical,CA:TRUE',
+		'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+
+	my %ext = (
+		server => "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+		  . "extendedKeyUsage=serverAuth,clientAuth\n"
+		  . "keyUsage=critical,digitalSignature,keyEncipherment\n",
+		client => "extendedKeyUsage=clientAuth\n"
+		  . "keyUsage=critical,digitalSignature,keyEncipherment\n");
+	# The client certificate carries no CN: with auth enabled, etcd 3.4.23's
+	# JSON gateway rejects any client certificate that has one (HTTP 400,
+	# "CommonName of client sending a request against gateway will be
+	# ignored and not used as expected").
+	my %subj = (server => '/CN=lockfence-etcd-server', client => '/O=lockfence test client');
+	for my $who (qw(server client))
+	{
+		open my $fh, '>', "$p/$who.ext" or croak $!;
+		print $fh $ext{$who};
+		close $fh;
+		_run('openssl', 'req', @ec, '-keyout', "$p/$who.key",
+			'-out', "$p/$who.csr", '-subj', $subj{$who});
+		_run('openssl', 'x509', '-req', '-in', "$p/$who.csr",
+			'-CA', "$p/ca.crt", '-CAkey', "$p/ca.key", '-CAcreateserial',
+			'-out', "$p/$who.crt", '-days', '2', '-extfile', "$p/$who.ext");
+	}
+	chmod 0600, "$p/ca.key", "$p/server.key", "$p/client.key";
+	return;
+}
+
+=pod
+
+=item start()
+
+Allocate ports, make the PKI if needed, start every member, wait until all
+are healthy, then enable authentication if asked.  Dies (after killing
+what it started) when the cluster does not come up within 30 seconds.
+
+=cut
+
+sub start
+{
+	my ($self) = @_;
+	$self->make_pki if $self->{tls} && !-e $self->ca_file;
+
+	my @m;
+	for my $i (0 .. $self->{members} - 1)
+	{
+		my $cport = free_port();
+		my $pport = free_port();
+		push @m, {
+			index => $i,
+			name => "m$i",
+			client_port => $cport,
+			peer_port => $pport,
+			client_url => $self->scheme . "://127.0.0.1:$cport",
+			peer_url => "http://127.0.0.1:$pport",
+			data_dir => "$self->{dir}/m$i.data",
+			log => "$self->{dir}/m$i.log",
+		};
+	}
+	$self->{member} = \@m;
+	$self->{initial_cluster} = join(',', map { "$_->{name}=$_->{peer_url}" } @m);
+
+	$self->_spawn($_, 'new') for 0 .. $#m;
+	$self->wait_healthy(30);
+	$self->_enable_auth if $self->{auth};
+	return $self;
+}
+
+# Fork and exec one member.  The child never returns into the test.
+sub _spawn
+{
+	my ($self, $i, $state) = @_;
+	my $m = $self->{member}[$i];
+	my @cmd = ($ETCD,
+		'--name', $m->{name},
+		'--data-dir', $m->{data_dir},
+		'--listen-client-urls', $m->{client_url},
+		'--advertise-client-urls', $m->{client_url},
+		'--listen-peer-urls', $m->{peer_url},
+		'--initial-advertise-peer-urls', $m->{peer_url},
+		'--initial-cluster', $self->{initial_cluster},
+		'--initial-cluster-state', $state,
+		'--initial-cluster-token', "$self->{name}-$$",
+		'--heartbeat-interval', $self->{heartbeat_ms},
+		'--election-timeout', $self->{election_ms},
+		'--logger', 'zap', '--log-outputs', 'stderr',
+		'--enable-pprof=false');
+	if ($self->{tls})
+	{
+		push @cmd,
+		  '--cert-file', $self->server_cert_file,
+		  '--key-file', $self->server_key_file,
+		  '--trusted-ca-file', $self->ca_file,
+		  '--client-cert-auth';
+	}
+
+	my $pid = fork;
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# Own process group, so a ^C aimed at the test does not race END.
+		POSIX::setpgid(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>>', $m->{log};
+		open STDERR, '>&', \*STDOUT;
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+	$m->{pid} = $pid;
+	$live_pids{$pid} = 1;
+	return $pid;
+}
+
+=pod
+
+=item etcdctl(args...) / etcdctl_at(endpoints, args...)
+
+Run etcdctl (v3 API) against all members (or the given endpoint list), with
+the TLS files and the root credentials as configured.  Returns stdout;
+croaks on failure.  etcdctl_try returns (exit code, output) instead.
+
+=cut
+
+sub _etcdctl_cmd
+{
+	my ($self, $endpoints, @args) = @_;
+	my @cmd = ($ETCDCTL, "--endpoints=$endpoints", '--dial-timeout=2s',
+		'--command-timeout=5s');
+	if ($self->{tls})
+	{
+		push @cmd, '--cacert=' . $self->ca_file,
+		  '--cert=' . $self->client_cert_file,
+		  '--key=' . $self->client_key_file;
+	}
+	push @cmd, "--user=root:$ROOT_PASSWORD" if $self->{auth_on};
+	return (@cmd, @args);
+}
+
+sub etcdctl_try
+{
+	my ($self, @args) = @_;
+	return _capture($self->_etcdctl_cmd($self->_live_endpoints, @args));
+}
+
+sub etcdctl
+{
+	my ($self, @args) = @_;
+	my ($rc, $out) = $self->etcdctl_try(@args);
+	croak "etcdctl @args failed ($rc): $out" if $rc != 0;
+	return $out;
+}
+
+sub etcdctl_at
+{
+	my ($self, $endpoints, @args) = @_;
+	my ($rc, $out) = _capture($self->_etcdctl_cmd($endpoints, @args));
+	croak "etcdctl @args failed: $out" if $rc != 0;
+	return $out;
+}
+
+sub _live_endpoints
+{
+	my ($self) = @_;
+	return join(',', map { $_->{client_url} } grep { defined $_->{pid} } @{ $self->{member} });
+}
+
+=pod
+
+=item wait_healthy(seconds)
+
+Poll until every running member reports healthy (a quorum read through
+it succeeds).  Croaks at the deadline, with the tail of each member log.
+
+=cut
+
+sub wait_healthy
+{
+	my ($self, $secs) = @_;
+	my $deadline = time + ($secs // 30);
+	my $last = '';
+	while (time < $deadline)
+	{
+		my $all = 1;
+		for my $m (@{ $self->{member} })
+		{
+			next unless defined $m->{pid};
+			$self->_reap;
+			croak "etcd member $m->{name} exited during start:\n" . $self->log_tail($m->{index})
+			  unless defined $m->{pid};
+			my $rc;
+			($rc, $last) = _capture($self->_etcdctl_cmd($m->{client_url}, 'endpoint', 'health'));
+			if ($rc != 0 || $last !~ /is healthy/)
+			{
+				$all = 0;
+				last;
+			}
+		}
+		return 1 if $all;
+		usleep(200_000);
+	}
+	my $logs = join('', map { $self->log_tail($_) } 0 .. $#{ $self->{member} });
+	croak "etcd cluster not healthy after ${secs}s: $last\n$logs";
+}
+
+=pod
+
+=item log_tail(i, lines)
+
+The last lines of member i's log, for diagnostics.
+
+=cut
+
+sub log_tail
+{
+	my ($self, $i, $n) = @_;
+	$n //= 15;
+	my $log = $self->{member}[$i]{log};
+	return '' unless -e $log;
+	open my $fh, '<', $log or return '';
+	my @l = <$fh>;
+	close $fh;
+	@l = @l[ -$n .. -1 ] if @l > $n;
+	return "--- $log\n" . join('', @l);
+}
+
+# Turn on authentication: root, a read-write role on every key, a user.
+sub _enable_auth
+{
+	my ($self) = @_;
+	$self->etcdctl('user', 'add', 'root', "--new-user-password=$ROOT_PASSWORD", '--interactive=false');
+	$self->etcdctl('role', 'add', 'lockrole');
+	# Every key: from the smallest non-empty key up.
+	$self->etcdctl('role', 'grant-permission', 'lockrole', 'readwrite', "\x01", '--from-key');
+	$self->etcdctl('user', 'add', $USER_NAME, "--new-user-password=$USER_PASSWORD", '--interactive=false');
+	$self->etcdctl('user', 'grant-role', $USER_NAME, 'lockrole');
+	$self->etcdctl('auth', 'enable');
+	$self->{auth_on} = 1;
+	return;
+}
+
+=pod
+
+=item auth_disable() / auth_enable()
+
+Switch authentication off and on again (as root).  Enabling bumps etcd's
+auth revision, which invalidates every token handed out before.
+
+=cut
+
+sub auth_disable
+{
+	my ($self) = @_;
+	$self->etcdctl('auth', 'disable');
+	$self->{auth_on} = 0;
+	return;
+}
+
+sub auth_enable
+{
+	my ($self) = @_;
+	$self->{auth_on} = 0;
+	$self->etcdctl('auth', 'enable');
+	$self->{auth_on} = 1;
+	return;
+}
+
+=pod
+
+=item status()
+
+Per running member: { index, member_id, leader, raft_term } from
+"etcdctl endpoint status".  Members that do not answer are left out.
+
+=cut
+
+sub status
+{
+	my ($self) = @_;
+	my @res;
+	for my $m (@{ $self->{member} })
+	{
+		next unless defined $m->{pid};
+		my ($rc, $out) = _capture($self->_etcdctl_cmd($m->{client_url},
+			'--command-timeout=1s', 'endpoint', 'status', '-w', 'json'));
+		next if $rc != 0;
+		my $j = eval { decode_json($out) } or next;
+		my $s = $j->[0]{Status} or next;
+		push @res, {
+			index => $m->{index},
+			member_id => $s->{header}{member_id},
+			leader => $s->{leader},
+			raft_term => $s->{raft_term},
+		};
+	}
+	return @res;
+}
+
+=pod
+
+=item leader_index(seconds)
+
+Index of the current leader, polling until the running members agree on
+one (default 10 s).  Croaks if none is agreed.
+
+=cut
+
+sub leader_index
+{
+	my ($self, $secs) = @_;
+	my $deadline = time + ($secs // 10);
+	while (time < $deadline)
+	{
+		my @st = $self->status;
+		my %lead = map { ($_->{leader} // 0) => 1 } @st;
+		if (@st && keys %lead == 1)
+		{
+			my ($lid) = keys %lead;
+			for (@st)
+			{
+				return $_->{index} if $_->{member_id} == $lid && $lid != 0;
+			}
+		}
+		usleep(100_000);
+	}
+	croak "no agreed etcd leader within deadline";
+}
+
+=pod
+
+=item kill_member(i, signal)
+
+Send signal (default KILL) to member i and wait for it to die.
+
+=cut
+
+sub kill_member
+{
+	my ($self, $i, $sig) = @_;
+	my $m = $self->{member}[$i];
+	return unless defined $m->{pid};
+	kill($sig // 'KILL', $m->{pid});
+	waitpid($m->{pid}, 0);
+	delete $live_pids{ $m->{pid} };
+	$m->{pid} = undef;
+	return;
+}
+
+=pod
+
+=item restart_member(i)
+
+Start member i again on the same ports and data folder and wait until the
+cluster is healthy.
+
+=cut
+
+sub restart_member
+{
+	my ($self, $i) = @_;
+	croak "member $i still running" if defined $self->{member}[$i]{pid};
+	$self->_spawn($i, 'existing');
+	$self->wait_healthy(30);
+	return;
+}
+
+# Notice members that exited on their own.
+sub _reap
+{
+	my ($self) = @_;
+	for my $m (@{ $self->{member} })
+	{
+		next unless defined $m->{pid};
+		my $r = waitpid($m->{pid}, POSIX::WNOHANG());
+		if ($r == $m->{pid})
+		{
+			delete $live_pids{ $m->{pid} };
+			$m->{pid} = undef;
+		}
+	}
+	return;
+}
+
+=pod
+
+=item stop()
+
+Kill every member (SIGTERM, then SIGKILL after 5 s).
+
+=cut
+
+sub stop
+{
+	my ($self) = @_;
+	my @pids = grep { defined } map { $_->{pid} } @{ $self->{member} };
+	_kill_all(@pids);
+	$_->{pid} = undef for @{ $self->{member} };
+	return;
+}
+
+sub _kill_all
+{
+	my (@pids) = @_;
+	return unless @pids;
+	kill 'TERM', @pids;
+	my $deadline = time + 5;
+	my %left = map { $_ => 1 } @pids;
+	while (%left && time < $deadline)
+	{
+		for my $p (keys %left)
+		{
+			my $r = waitpid($p, POSIX::WNOHANG());
+			delete $left{$p} if $r == $p || $r == -1;
+		}
+		usleep(50_000) if %left;
+	}
+	if (%left)
+	{
+		kill 'KILL', keys %left;
+		waitpid($_, 0) for keys %left;
+	}
+	delete $live_pids{$_} for @pids;
+	return;
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	# Only the process that started the members may stop them.
+	$self->stop if $self->{owner_pid} && $self->{owner_pid} == $$;
+}
+
+END
+{
+	my $rc = $?;
+	_kill_all(keys %live_pids) if %live_pids && $$ == $owner_pid;
+	$? = $rc;
+}
+
+=pod
+
+=back
+
+=cut
+
+1;
