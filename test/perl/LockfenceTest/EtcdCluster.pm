@@ -650,8 +650,106 @@ END
 
 =pod
 
+=item start_fault_server(upstream_url)
+
+Start test/fault_http_server.py (with /usr/bin/python3) in front of the
+given plain-HTTP etcd URL.  Returns a LockfenceTest::FaultServer with url(),
+set(\%rule), clear(), hits() and stop(); it is killed in END too.
+
+=cut
+
+sub start_fault_server
+{
+	my ($self, $upstream) = @_;
+	my $script = $ENV{LOCKFENCE_FAULT_SERVER};
+	unless ($script)
+	{
+		($script = $INC{'LockfenceTest/EtcdCluster.pm'}) =~ s{perl/LockfenceTest/EtcdCluster\.pm$}{fault_http_server.py};
+	}
+	croak "fault server script not found: $script" unless -f $script;
+	my $portfile = "$self->{dir}/fault." . free_port() . ".port";
+	my $log = "$portfile.log";
+	my $pid = fork;
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		POSIX::setpgid(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>>', $log;
+		open STDERR, '>&', \*STDOUT;
+		{ exec '/usr/bin/python3', $script, '--upstream', $upstream, '--port-file', $portfile; }
+		POSIX::_exit(127);
+	}
+	$live_pids{$pid} = 1;
+	my $deadline = time + 15;
+	while (!-s $portfile)
+	{
+		if (waitpid($pid, POSIX::WNOHANG()) == $pid || time > $deadline)
+		{
+			delete $live_pids{$pid};
+			kill 'KILL', $pid;
+			my $l = -e $log ? `cat $log` : '';
+			croak "fault server did not start: $l";
+		}
+		usleep(50_000);
+	}
+	open my $fh, '<', $portfile or croak $!;
+	my $port = <$fh>;
+	close $fh;
+	chomp $port;
+	return bless { pid => $pid, url => "http://127.0.0.1:$port", log => $log },
+	  'LockfenceTest::FaultServer';
+}
+
+=pod
+
 =back
 
 =cut
+
+package LockfenceTest::FaultServer;
+
+use strict;
+use warnings;
+use Carp;
+use HTTP::Tiny;
+use JSON::PP;
+
+sub url { return $_[0]->{url}; }
+
+sub _post
+{
+	my ($self, $path, $doc) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->post("$self->{url}$path",
+		{ content => encode_json($doc // {}), headers => { 'Content-Type' => 'application/json' } });
+	croak "fault server $path: $r->{status} $r->{content}" unless $r->{success};
+	return $r->{content};
+}
+
+# Add a fault rule (see fault_http_server.py).
+sub set { my ($self, %rule) = @_; return $self->_post('/_fault/set', \%rule); }
+
+# Remove all rules.
+sub clear { my ($self) = @_; return $self->_post('/_fault/clear', {}); }
+
+# Requests seen per path, plus "faults": faulty replies sent.
+sub hits
+{
+	my ($self) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->get("$self->{url}/_fault/hits");
+	croak "fault server hits: $r->{status}" unless $r->{success};
+	return decode_json($r->{content});
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'KILL', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $live_pids{ $self->{pid} };
+	$self->{pid} = undef;
+	return;
+}
 
 1;
