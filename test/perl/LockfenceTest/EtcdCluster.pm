@@ -559,6 +559,32 @@ sub kill_member
 
 =pod
 
+=item pause_member(i) / resume_member(i)
+
+SIGSTOP / SIGCONT member i: it keeps its sockets (connections are
+accepted by the kernel) but answers nothing, like a hung or partitioned
+server.
+
+=cut
+
+sub pause_member
+{
+	my ($self, $i) = @_;
+	my $m = $self->{member}[$i];
+	kill('STOP', $m->{pid}) if defined $m->{pid};
+	return;
+}
+
+sub resume_member
+{
+	my ($self, $i) = @_;
+	my $m = $self->{member}[$i];
+	kill('CONT', $m->{pid}) if defined $m->{pid};
+	return;
+}
+
+=pod
+
 =item restart_member(i)
 
 Start member i again on the same ports and data folder and wait until the
@@ -614,6 +640,7 @@ sub _kill_all
 	my (@pids) = @_;
 	return unless @pids;
 	kill 'TERM', @pids;
+	kill 'CONT', @pids;			# in case a test paused one
 	my $deadline = time + 5;
 	my %left = map { $_ => 1 } @pids;
 	while (%left && time < $deadline)
@@ -646,6 +673,78 @@ END
 	my $rc = $?;
 	_kill_all(keys %live_pids) if %live_pids && $$ == $owner_pid;
 	$? = $rc;
+}
+
+=pod
+
+=item pg_node(name, conf)
+
+A PostgreSQL::Test::Cluster node with lockfence created in database
+postgres; conf is appended to postgresql.conf before the start.
+
+=cut
+
+sub pg_node
+{
+	my ($name, $conf) = @_;
+	require PostgreSQL::Test::Cluster;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', $conf // '');
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+	return $node;
+}
+
+=pod
+
+=item session(node, user)
+
+A background psql session (errors do not stop it) with verbose error
+reports, so sql_try can read SQLSTATEs.
+
+=cut
+
+sub session
+{
+	my ($node, $user) = @_;
+	my $s = $node->background_psql('postgres',
+		on_error_stop => 0,
+		extra_params => [ defined $user ? ('-U', $user) : () ]);
+	$s->query_safe('\set VERBOSITY verbose');
+	return $s;
+}
+
+=pod
+
+=item sql_try(session, sql)
+
+Run one statement in a background session; returns a hash: ok (no error),
+out (stdout), sqlstate, message, detail, hint, stderr, secs (wall time).
+
+=cut
+
+sub sql_try
+{
+	my ($s, $sql) = @_;
+	my $t0 = time;
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	my %r = (out => $out, stderr => $err, secs => time - $t0, ok => 1);
+	Test::More::note(sprintf('sql_try: %.3f s: %s', $r{secs}, $sql));
+	if ($err =~ /(?:ERROR|FATAL|PANIC):\s+([0-9A-Z]{5}):\s+([^\n]*)/)
+	{
+		@r{qw(ok sqlstate message)} = (0, $1, $2);
+		$r{detail} = $1 if $err =~ /DETAIL:\s+([^\n]*)/;
+		$r{hint} = $1 if $err =~ /HINT:\s+([^\n]*)/;
+	}
+	elsif ($err =~ /(?:ERROR|FATAL|PANIC|server closed|connection to server)/)
+	{
+		@r{qw(ok sqlstate message)} = (0, '?????', $err);
+	}
+	return \%r;
 }
 
 =pod
