@@ -29,6 +29,7 @@ void
 _PG_init(void)
 {
 	fence_cache_init();
+	lockfence_etcd_init();
 
 	MarkGUCPrefixReserved("lockfence");
 }

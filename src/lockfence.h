@@ -65,4 +65,7 @@ extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
 
+/* etcd_lock.c: etcd lock functions (GUCs, exit callback) */
+extern void lockfence_etcd_init(void);
+
 #endif							/* LOCKFENCE_H */

@@ -1,0 +1,119 @@
+/*-------------------------------------------------------------------------
+ *
+ * etcd.h
+ *	  Declarations shared by the etcd modules of the lockfence extension.
+ *
+ * The etcd support is split by responsibility:
+ *	etcd_guc.c		configuration parameters
+ *	etcd_http.c		libcurl transport: curl multi driven by a WaitEventSet
+ *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
+ *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
+ *	etcd_session.c	leases granted by this backend, revoked at exit
+ *	etcd_lock.c		the lock protocol and the SQL-callable functions
+ *
+ * IDENTIFICATION
+ *	  src/etcd.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOCKFENCE_ETCD_H
+#define LOCKFENCE_ETCD_H
+
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+/* Largest reply body accepted from etcd, in bytes. */
+#define ETCD_MAX_REPLY_BYTES	(1024 * 1024)
+
+/* Longest lock name accepted, in bytes. */
+#define ETCD_MAX_NAME_BYTES		1024
+
+/* etcd_guc.c */
+extern char *etcd_endpoints;
+extern int	etcd_connect_timeout_ms;
+extern int	etcd_request_timeout_ms;
+extern char *etcd_cafile;
+extern char *etcd_certfile;
+extern char *etcd_keyfile;
+extern char *etcd_user;
+extern char *etcd_password;
+extern void etcd_guc_init(void);
+
+/* etcd_http.c: one HTTP exchange, driven by the backend's wait loop */
+typedef struct EtcdHttpReq EtcdHttpReq;
+
+typedef enum EtcdHttpStatus
+{
+	ETCD_HTTP_RUNNING,			/* not finished yet */
+	ETCD_HTTP_DONE,				/* a complete HTTP reply arrived */
+	ETCD_HTTP_CONNECT_FAILED,	/* no connection could be made */
+	ETCD_HTTP_TIMED_OUT,		/* the attempt's own timeout expired */
+	ETCD_HTTP_TOO_LARGE,		/* reply exceeded ETCD_MAX_REPLY_BYTES */
+	ETCD_HTTP_FAILED			/* any other transport failure */
+} EtcdHttpStatus;
+
+extern EtcdHttpReq *etcd_http_start(const char *url, const char *body,
+									const char *auth_token,
+									long timeout_ms, long connect_timeout_ms);
+extern EtcdHttpStatus etcd_http_status(EtcdHttpReq *req);
+extern long etcd_http_code(EtcdHttpReq *req);
+extern const char *etcd_http_error(EtcdHttpReq *req);
+extern char *etcd_http_take_body(EtcdHttpReq *req, int *len);
+extern void etcd_http_finish(EtcdHttpReq *req);
+extern bool etcd_http_wait(long max_wait_ms);
+extern void etcd_http_abort_all(void);
+
+/* etcd_client.c: one RPC with failover and authentication */
+typedef struct EtcdReply
+{
+	long		http_code;		/* HTTP status of the final answer */
+	int			grpc_code;		/* "code" of an error reply, else 0 */
+	char	   *error_text;		/* etcd's error message, else NULL */
+	Jsonb	   *json;			/* parsed reply body */
+	const char *endpoint;		/* endpoint that answered */
+} EtcdReply;
+
+extern int	etcd_endpoint_count(void);
+extern const char *etcd_current_endpoint(void);
+extern void etcd_next_endpoint(void);
+extern const char *etcd_auth_token(bool quiet);
+extern void etcd_forget_auth_token(void);
+extern bool etcd_call(const char *path, const char *body, long timeout_ms,
+					  bool quiet, EtcdReply *reply);
+extern void etcd_report_reply_error(const char *what, EtcdReply *reply)
+			pg_attribute_noreturn();
+extern bool etcd_transient_failure(long http_code, int grpc_code);
+extern bool etcd_reply_auth_invalid(EtcdReply *reply);
+extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
+										const char *endpoint,
+										const char *detail)
+			pg_attribute_noreturn();
+
+/* etcd_json.c */
+extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
+extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
+extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);
+extern char *etcd_json_string(JsonbContainer *c, const char *key);
+extern int	etcd_json_array_length(JsonbContainer *c, const char *key);
+extern JsonbContainer *etcd_json_array_object(JsonbContainer *c,
+											  const char *key, int i);
+extern char *etcd_b64_encode(const char *data, int len);
+extern char *etcd_b64_decode(const char *b64, int *len);
+extern char *etcd_json_bytes(JsonbContainer *c, const char *key, int *len);
+extern void etcd_malformed_reply(const char *what, const char *detail)
+			pg_attribute_noreturn();
+
+/* etcd_session.c */
+extern void etcd_session_init(void);
+extern void etcd_session_track(int64 lease);
+extern void etcd_session_untrack(int64 lease);
+extern bool etcd_session_owns(int64 lease);
+
+/* etcd_lock.c */
+extern int64 etcd_lease_grant(int ttl, int *granted_ttl);
+extern bool etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet);
+extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
+
+#endif							/* LOCKFENCE_ETCD_H */

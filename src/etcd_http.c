@@ -1,0 +1,564 @@
+/*-------------------------------------------------------------------------
+ *
+ * etcd_http.c
+ *	  libcurl transport for the etcd lock functions.
+ *
+ * All requests of a backend run on one curl multi handle, which keeps the
+ * connections to etcd alive between calls.  The multi handle reports the
+ * sockets it needs through CURLMOPT_SOCKETFUNCTION and its next timeout
+ * through CURLMOPT_TIMERFUNCTION; etcd_http_wait() turns these into a
+ * WaitEventSet together with the process latch, so a query cancel, a
+ * statement timeout or a termination request wakes the wait at once.
+ *
+ * libcurl callbacks only record state in malloc'd memory: they never
+ * palloc, ereport or look at anything but plain flags.  Every live easy
+ * handle is on a list, so etcd_http_abort_all() can release all of them
+ * after an error.
+ *
+ * IDENTIFICATION
+ *	  src/etcd_http.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <curl/curl.h>
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "etcd.h"
+
+/* One HTTP exchange, allocated with malloc. */
+struct EtcdHttpReq
+{
+	CURL	   *easy;
+	struct curl_slist *headers;
+	char	   *body;			/* request body (curl does not copy it) */
+	char	   *resp;			/* reply body received so far */
+	size_t		resp_len;
+	size_t		resp_cap;
+	bool		too_large;		/* reply exceeded the cap */
+	bool		done;
+	CURLcode	result;
+	long		http_code;
+	char		errbuf[CURL_ERROR_SIZE];
+	struct EtcdHttpReq *prev;
+	struct EtcdHttpReq *next;
+};
+
+/* A socket libcurl asked us to watch. */
+typedef struct EtcdSock
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN/OUT/INOUT */
+} EtcdSock;
+
+#define ETCD_MAX_SOCKS 16
+
+static CURLM *multi = NULL;
+static EtcdHttpReq *live_reqs = NULL;
+static EtcdSock socks[ETCD_MAX_SOCKS];
+static int	nsocks = 0;
+static bool socks_overflow = false;
+static long curl_timer_ms = -1;	/* -1: no timer */
+static TimestampTz curl_timer_set_at = 0;
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static int	socket_cb(CURL *easy, curl_socket_t s, int what, void *userp,
+					  void *socketp);
+static int	timer_cb(CURLM *m, long timeout_ms, void *userp);
+static void collect_done(void);
+static void ensure_multi(void);
+static void free_req(EtcdHttpReq *req);
+
+/*
+ * Write callback: append to the reply buffer, refusing more than
+ * ETCD_MAX_REPLY_BYTES.  Returning less than asked makes libcurl fail the
+ * transfer with CURLE_WRITE_ERROR.
+ */
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	EtcdHttpReq *req = (EtcdHttpReq *) userdata;
+	size_t		n = size * nmemb;
+
+	if (n > ETCD_MAX_REPLY_BYTES || req->resp_len + n > ETCD_MAX_REPLY_BYTES)
+	{
+		req->too_large = true;
+		return 0;
+	}
+	if (req->resp_len + n + 1 > req->resp_cap)
+	{
+		size_t		newcap = Max(req->resp_cap * 2, req->resp_len + n + 1);
+		char	   *p;
+
+		newcap = Min(newcap, (size_t) ETCD_MAX_REPLY_BYTES + 1);
+		p = realloc(req->resp, newcap);
+		if (p == NULL)
+			return 0;
+		req->resp = p;
+		req->resp_cap = newcap;
+	}
+	memcpy(req->resp + req->resp_len, ptr, n);
+	req->resp_len += n;
+	req->resp[req->resp_len] = '\0';
+	return n;
+}
+
+/*
+ * Socket callback: remember which sockets libcurl wants watched.
+ */
+static int
+socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+	int			i;
+
+	for (i = 0; i < nsocks; i++)
+		if (socks[i].fd == s)
+			break;
+
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < nsocks)
+			socks[i] = socks[--nsocks];
+		return 0;
+	}
+	if (i == nsocks)
+	{
+		if (nsocks >= ETCD_MAX_SOCKS)
+		{
+			socks_overflow = true;
+			return -1;
+		}
+		nsocks++;
+	}
+	socks[i].fd = s;
+	socks[i].what = what;
+	return 0;
+}
+
+/*
+ * Timer callback: remember when libcurl wants to be called back.
+ */
+static int
+timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+	curl_timer_ms = timeout_ms;
+	curl_timer_set_at = GetCurrentTimestamp();
+	return 0;
+}
+
+/*
+ * Create the backend's multi handle on first use.
+ */
+static void
+ensure_multi(void)
+{
+	static bool global_done = false;
+
+	if (!global_done)
+	{
+		if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not initialize libcurl")));
+		global_done = true;
+	}
+	if (multi == NULL)
+	{
+		multi = curl_multi_init();
+		if (multi == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not create a libcurl multi handle")));
+		curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+		curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, 8L);
+	}
+}
+
+/*
+ * Release one request: detach it from the multi handle and free it.
+ */
+static void
+free_req(EtcdHttpReq *req)
+{
+	if (req->prev)
+		req->prev->next = req->next;
+	else
+		live_reqs = req->next;
+	if (req->next)
+		req->next->prev = req->prev;
+
+	if (req->easy)
+	{
+		if (multi)
+			curl_multi_remove_handle(multi, req->easy);
+		curl_easy_cleanup(req->easy);
+	}
+	if (req->headers)
+		curl_slist_free_all(req->headers);
+	free(req->body);
+	free(req->resp);
+	free(req);
+}
+
+/*
+ * Start a POST of a JSON body to url.  timeout_ms <= 0 means no total
+ * timeout (the caller bounds the wait itself).  The request runs while the
+ * caller calls etcd_http_wait(); release it with etcd_http_finish().
+ *
+ * Returns NULL, without raising an error, when libcurl refuses to set the
+ * request up (out of memory); callers treat that as a transport failure.
+ */
+EtcdHttpReq *
+etcd_http_start(const char *url, const char *body, const char *auth_token,
+				long timeout_ms, long connect_timeout_ms)
+{
+	EtcdHttpReq *req;
+	CURLMcode	mc;
+	struct curl_slist *h;
+
+	ensure_multi();
+
+	req = calloc(1, sizeof(EtcdHttpReq));
+	if (req == NULL)
+		return NULL;
+	req->next = live_reqs;
+	if (live_reqs)
+		live_reqs->prev = req;
+	live_reqs = req;
+
+	req->body = strdup(body);
+	req->easy = curl_easy_init();
+	if (req->body == NULL || req->easy == NULL)
+	{
+		free_req(req);
+		return NULL;
+	}
+
+	h = curl_slist_append(NULL, "Content-Type: application/json");
+	if (h == NULL)
+	{
+		free_req(req);
+		return NULL;
+	}
+	req->headers = h;
+	/* Disable "Expect: 100-continue", which costs a round trip. */
+	h = curl_slist_append(req->headers, "Expect:");
+	if (h == NULL)
+	{
+		free_req(req);
+		return NULL;
+	}
+	req->headers = h;
+	if (auth_token && auth_token[0])
+	{
+		char	   *line = malloc(strlen(auth_token) + 32);
+
+		if (line == NULL)
+		{
+			free_req(req);
+			return NULL;
+		}
+		sprintf(line, "Authorization: %s", auth_token);
+		h = curl_slist_append(req->headers, line);
+		free(line);
+		if (h == NULL)
+		{
+			free_req(req);
+			return NULL;
+		}
+		req->headers = h;
+	}
+
+	curl_easy_setopt(req->easy, CURLOPT_URL, url);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(req->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+	curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS,
+					 (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+	curl_easy_setopt(req->easy, CURLOPT_REDIR_PROTOCOLS,
+					 (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers);
+	curl_easy_setopt(req->easy, CURLOPT_POSTFIELDS, req->body);
+	curl_easy_setopt(req->easy, CURLOPT_POSTFIELDSIZE, (long) strlen(req->body));
+	curl_easy_setopt(req->easy, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req);
+	curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf);
+	curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS,
+					 Max(connect_timeout_ms, 1L));
+	if (timeout_ms > 0)
+		curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(req->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(req->easy, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(req->easy, CURLOPT_MAXFILESIZE, (long) ETCD_MAX_REPLY_BYTES);
+	if (etcd_cafile && etcd_cafile[0])
+		curl_easy_setopt(req->easy, CURLOPT_CAINFO, etcd_cafile);
+	if (etcd_certfile && etcd_certfile[0])
+		curl_easy_setopt(req->easy, CURLOPT_SSLCERT, etcd_certfile);
+	if (etcd_keyfile && etcd_keyfile[0])
+		curl_easy_setopt(req->easy, CURLOPT_SSLKEY, etcd_keyfile);
+
+	mc = curl_multi_add_handle(multi, req->easy);
+	if (mc != CURLM_OK)
+	{
+		free_req(req);
+		return NULL;
+	}
+	return req;
+}
+
+/*
+ * Move finished transfers' results into their requests.
+ */
+static void
+collect_done(void)
+{
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	{
+		EtcdHttpReq *req = NULL;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+		if (req == NULL)
+			continue;
+		req->done = true;
+		req->result = msg->data.result;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE,
+						  &req->http_code);
+	}
+}
+
+/*
+ * Wait for the latch, postmaster death or libcurl's sockets, for at most
+ * timeout ms (-1: no limit).  Returns the number of events.  The wait
+ * event set is freed even when the wait raises an error.
+ */
+static int
+wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
+{
+	WaitEventSet *volatile set = NULL;
+	volatile int n = 0;
+	int			i;
+
+	set = CreateWaitEventSet(CurrentMemoryContext, nsocks + 2);
+	PG_TRY();
+	{
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH,
+						  PGINVALID_SOCKET, NULL, NULL);
+		for (i = 0; i < nsocks; i++)
+		{
+			uint32		ev = 0;
+
+			if (socks[i].what & CURL_POLL_IN)
+				ev |= WL_SOCKET_READABLE;
+			if (socks[i].what & CURL_POLL_OUT)
+				ev |= WL_SOCKET_WRITEABLE;
+			if (ev)
+				AddWaitEventToSet(set, ev, socks[i].fd, NULL, NULL);
+		}
+		n = WaitEventSetWait(set, timeout, events, nevents, PG_WAIT_EXTENSION);
+	}
+	PG_FINALLY();
+	{
+		FreeWaitEventSet(set);
+	}
+	PG_END_TRY();
+
+	return n;
+}
+
+/*
+ * Wait for network progress, for at most max_wait_ms (-1: until something
+ * happens), and let libcurl do its work.  Returns false if the process
+ * latch was set (the caller should CHECK_FOR_INTERRUPTS()).
+ *
+ * Errors are raised only here, outside libcurl.  Postmaster death ends the
+ * process unless it is already exiting, in which case the wait just
+ * returns.
+ */
+bool
+etcd_http_wait(long max_wait_ms)
+{
+	WaitEvent	events[ETCD_MAX_SOCKS + 2];
+	int			nevents = 0;
+	int			running;
+	long		timeout = max_wait_ms;
+	bool		latch_set = false;
+	bool		exiting = proc_exit_inprogress;
+	int			i;
+
+	if (multi == NULL)
+		return true;
+
+	/* First let libcurl start anything that is due. */
+	if (curl_timer_ms == 0)
+	{
+		curl_timer_ms = -1;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		collect_done();
+	}
+
+	if (curl_timer_ms > 0)
+	{
+		long		elapsed;
+		long		left;
+
+		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
+		left = Max(curl_timer_ms - elapsed, 0L);
+		if (timeout < 0 || left < timeout)
+			timeout = left;
+	}
+	if (socks_overflow)
+		timeout = 0;
+
+	nevents = wait_on_sockets(timeout, exiting, events, lengthof(events));
+
+	for (i = 0; i < nevents; i++)
+	{
+		WaitEvent  *ev = &events[i];
+
+		if (ev->events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			latch_set = true;
+		}
+		else if (ev->events & WL_POSTMASTER_DEATH)
+		{
+			/* only while exiting: give up on the network */
+			etcd_http_abort_all();
+			return false;
+		}
+		else if (ev->events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+		{
+			int			mask = 0;
+
+			if (ev->events & WL_SOCKET_READABLE)
+				mask |= CURL_CSELECT_IN;
+			if (ev->events & WL_SOCKET_WRITEABLE)
+				mask |= CURL_CSELECT_OUT;
+			curl_multi_socket_action(multi, ev->fd, mask, &running);
+		}
+	}
+
+	/* Timer expiry (or nothing happened): let libcurl handle timeouts. */
+	if (curl_timer_ms >= 0)
+	{
+		long		elapsed;
+
+		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
+		if (elapsed >= curl_timer_ms)
+		{
+			curl_timer_ms = -1;
+			curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+	}
+	if (socks_overflow)
+	{
+		socks_overflow = false;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	collect_done();
+
+	return !latch_set;
+}
+
+/*
+ * Where a request stands.
+ */
+EtcdHttpStatus
+etcd_http_status(EtcdHttpReq *req)
+{
+	if (!req->done)
+		return ETCD_HTTP_RUNNING;
+	if (req->too_large)
+		return ETCD_HTTP_TOO_LARGE;
+	switch (req->result)
+	{
+		case CURLE_OK:
+			return ETCD_HTTP_DONE;
+		case CURLE_COULDNT_CONNECT:
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_COULDNT_RESOLVE_PROXY:
+			return ETCD_HTTP_CONNECT_FAILED;
+		case CURLE_OPERATION_TIMEDOUT:
+			return ETCD_HTTP_TIMED_OUT;
+		case CURLE_FILESIZE_EXCEEDED:
+			return ETCD_HTTP_TOO_LARGE;
+		default:
+			return ETCD_HTTP_FAILED;
+	}
+}
+
+/*
+ * HTTP status code of a finished request (0 if none arrived).
+ */
+long
+etcd_http_code(EtcdHttpReq *req)
+{
+	return req->http_code;
+}
+
+/*
+ * libcurl's description of a failed request, in the caller's memory
+ * context.
+ */
+const char *
+etcd_http_error(EtcdHttpReq *req)
+{
+	if (req->errbuf[0])
+		return pstrdup(req->errbuf);
+	return pstrdup(curl_easy_strerror(req->result));
+}
+
+/*
+ * Copy the reply body into palloc'd memory.
+ */
+char *
+etcd_http_take_body(EtcdHttpReq *req, int *len)
+{
+	char	   *copy = palloc(req->resp_len + 1);
+
+	if (req->resp_len > 0)
+		memcpy(copy, req->resp, req->resp_len);
+	copy[req->resp_len] = '\0';
+	*len = (int) req->resp_len;
+	return copy;
+}
+
+/*
+ * Release a request, finished or not.
+ */
+void
+etcd_http_finish(EtcdHttpReq *req)
+{
+	if (req)
+		free_req(req);
+}
+
+/*
+ * Release every live request.  Used after errors and at backend exit;
+ * never raises an error.
+ */
+void
+etcd_http_abort_all(void)
+{
+	while (live_reqs)
+		free_req(live_reqs);
+}

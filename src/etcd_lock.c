@@ -1,0 +1,818 @@
+/*-------------------------------------------------------------------------
+ *
+ * etcd_lock.c
+ *	  etcd locks compatible with etcd's concurrency Mutex, and the
+ *	  SQL-callable functions lockfence.etcd_*.
+ *
+ * A lock is a key "<name>/<lease ID in lowercase hex>" created under a
+ * lease granted for it; the holder is the key under "<name>/" with the
+ * lowest create_revision.  etcd_lock() lets etcd's lock service
+ * (/v3/lock/lock) do the waiting, keeping the lease alive meanwhile, so
+ * `etcdctl lock NAME` and lockfence exclude each other in FIFO order.
+ *
+ * The fencing token is the create_revision of our key, read back after
+ * the lock service answers: etcd 3.4 answers "locked" even to a waiter
+ * whose lease expired while it waited, so a missing key (or one that is
+ * not the holder) is reported as a lost lock (LF003), never as a token.
+ *
+ * Any error during an acquisition (cancel, statement timeout, wait
+ * timeout, lost lease, transport failure) abandons the requests in flight
+ * and revokes the lease with interrupts held, which deletes our waiter
+ * key at once.  Termination is covered by the exit callback in
+ * etcd_session.c.
+ *
+ * IDENTIFICATION
+ *	  src/etcd_lock.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "etcd.h"
+#include "lockfence.h"
+
+/* Time allowed for revoking our lease after a failed acquisition. */
+#define ETCD_CLEANUP_MS		1000
+
+/* gRPC codes used here */
+#define GRPC_UNKNOWN		2
+#define GRPC_NOT_FOUND		5
+
+/* What an acquisition produced. */
+typedef struct EtcdLockResult
+{
+	char	   *key;			/* "<name>/<lease hex>" */
+	int64		lease;
+	int64		token;			/* create_revision of key */
+} EtcdLockResult;
+
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_try_lock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_unlock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_keepalive);
+
+/*
+ * Raise the error for a lock we no longer hold.
+ */
+static void
+report_lock_lost(const char *name, const char *key, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+			 errmsg("etcd lock \"%s\" was lost", name),
+			 errdetail("%s", detail),
+			 errhint("Acquire the lock again; no fencing token was issued for key \"%s\".",
+					 key)));
+}
+
+/*
+ * Grant a lease of ttl seconds and track it for cleanup at exit.
+ * Returns the lease ID and sets *granted_ttl to the TTL etcd granted.
+ */
+int64
+etcd_lease_grant(int ttl, int *granted_ttl)
+{
+	EtcdReply	reply;
+	int64		id;
+	int64		got_ttl = 0;
+	char	   *body = psprintf("{\"TTL\":\"%d\"}", ttl);
+
+	if (!etcd_call("/v3/lease/grant", body, etcd_request_timeout_ms, false,
+				   &reply))
+		etcd_report_reply_error("a lease grant", &reply);
+	if (!etcd_json_int64(&reply.json->root, "ID", &id) || id <= 0)
+	{
+		char	   *err = etcd_json_string(&reply.json->root, "error");
+
+		if (err && err[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_EXCEPTION),
+					 errmsg("etcd refused to grant a lease"),
+					 errdetail("etcd answered: %s", err)));
+		etcd_malformed_reply("a lease grant", "The reply carries no lease ID.");
+	}
+	etcd_session_track(id);
+	if (!etcd_json_int64(&reply.json->root, "TTL", &got_ttl) || got_ttl <= 0)
+		got_ttl = ttl;
+	*granted_ttl = (int) Min(got_ttl, (int64) PG_INT32_MAX);
+	return id;
+}
+
+/*
+ * Revoke a lease, deleting every key attached to it.  Returns true when the
+ * lease is gone (revoked now, or unknown to etcd already) and stops
+ * tracking it.  Quiet calls never raise errors and return false on any
+ * failure; other calls raise errors.
+ */
+bool
+etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet)
+{
+	EtcdReply	reply;
+	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
+
+	if (etcd_call("/v3/lease/revoke", body, timeout_ms, quiet, &reply) ||
+		reply.grpc_code == GRPC_NOT_FOUND || reply.http_code == 404)
+	{
+		etcd_session_untrack(lease);
+		return true;
+	}
+	if (!quiet)
+		etcd_report_reply_error("a lease revocation", &reply);
+	return false;
+}
+
+/*
+ * Renew a lease once.  Returns false when the lease no longer exists,
+ * else true with *ttl set to its remaining time to live.
+ */
+bool
+etcd_lease_keepalive(int64 lease, int64 *ttl)
+{
+	EtcdReply	reply;
+	JsonbContainer *result;
+	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
+
+	if (!etcd_call("/v3/lease/keepalive", body, etcd_request_timeout_ms,
+				   false, &reply))
+	{
+		if (reply.grpc_code == GRPC_NOT_FOUND || reply.http_code == 404)
+			return false;
+		etcd_report_reply_error("a lease keepalive", &reply);
+	}
+	result = etcd_json_object(&reply.json->root, "result");
+	if (result == NULL)
+		etcd_malformed_reply("a lease keepalive",
+							 "The reply carries no \"result\" object.");
+	/* etcd omits zero values: no TTL means the lease is gone */
+	if (!etcd_json_int64(result, "TTL", ttl) || *ttl <= 0)
+		return false;
+	return true;
+}
+
+/*
+ * The lock key for a name and lease, as etcd's Mutex builds it.
+ */
+static char *
+lock_key(const char *name, int64 lease)
+{
+	return psprintf("%s/%llx", name, (unsigned long long) lease);
+}
+
+/*
+ * Base64 of the first key after every key starting with prefix.
+ */
+static char *
+prefix_end_b64(const char *prefix)
+{
+	int			len = strlen(prefix);
+	char	   *end = pnstrdup(prefix, len);
+
+	/* prefix ends with '/', so incrementing the last byte cannot wrap */
+	end[len - 1]++;
+	return etcd_b64_encode(end, len);
+}
+
+/*
+ * Read back our key and the holder of the name in one transaction.
+ * Returns true with *token set to our key's create_revision when our key
+ * is the holder.  Raises LF003 when our key is gone or belongs to another
+ * lease.  When another key is ahead of ours, raises LF003 too, unless
+ * queued_ok, in which case it returns false.
+ */
+static bool
+confirm_lock(const char *name, const char *key, int64 lease, bool queued_ok,
+			 int64 *token)
+{
+	StringInfoData body;
+	EtcdReply	reply;
+	char	   *prefix = psprintf("%s/", name);
+	JsonbContainer *root;
+	JsonbContainer *r0;
+	JsonbContainer *r1;
+	JsonbContainer *kv;
+	int64		create_rev;
+	int64		kv_lease = 0;
+	char	   *owner;
+	int			owner_len;
+
+	initStringInfo(&body);
+	appendStringInfo(&body,
+					 "{\"success\":["
+					 "{\"request_range\":{\"key\":\"%s\"}},"
+					 "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+					 "\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":\"1\"}}]}",
+					 etcd_b64_encode(key, strlen(key)),
+					 etcd_b64_encode(prefix, strlen(prefix)),
+					 prefix_end_b64(prefix));
+
+	if (!etcd_call("/v3/kv/txn", body.data, etcd_request_timeout_ms, false,
+				   &reply))
+		etcd_report_reply_error("reading back the lock key", &reply);
+
+	root = &reply.json->root;
+	if (etcd_json_array_length(root, "responses") != 2)
+		etcd_malformed_reply("reading back the lock key",
+							 "The transaction reply does not carry two responses.");
+	r0 = etcd_json_object(etcd_json_array_object(root, "responses", 0),
+						  "response_range");
+	r1 = etcd_json_object(etcd_json_array_object(root, "responses", 1),
+						  "response_range");
+	if (r0 == NULL || r1 == NULL)
+		etcd_malformed_reply("reading back the lock key",
+							 "The transaction reply does not carry two range responses.");
+
+	if (etcd_json_array_length(r0, "kvs") == 0)
+		report_lock_lost(name, key,
+						 "The lock key no longer exists: its lease expired or was revoked while waiting.");
+	kv = etcd_json_array_object(r0, "kvs", 0);
+	if (!etcd_json_int64(kv, "create_revision", &create_rev) || create_rev <= 0)
+		etcd_malformed_reply("reading back the lock key",
+							 "The lock key has no create_revision.");
+	(void) etcd_json_int64(kv, "lease", &kv_lease);
+	if (kv_lease != lease)
+		report_lock_lost(name, key,
+						 psprintf("The lock key is attached to lease " INT64_FORMAT ", not " INT64_FORMAT ".",
+								  kv_lease, lease));
+
+	if (etcd_json_array_length(r1, "kvs") == 0)
+		etcd_malformed_reply("reading back the lock key",
+							 "The range over the lock name found no key.");
+	owner = etcd_json_bytes(etcd_json_array_object(r1, "kvs", 0), "key",
+							&owner_len);
+	if (owner == NULL || owner_len != (int) strlen(key) ||
+		memcmp(owner, key, owner_len) != 0)
+	{
+		if (queued_ok)
+			return false;
+		report_lock_lost(name, key,
+						 "Another key under the lock name has a lower create_revision, so this session is not the holder.");
+	}
+
+	*token = create_rev;
+	return true;
+}
+
+/*
+ * Start the lock service request for our lease.
+ */
+static EtcdHttpReq *
+start_lock_request(const char *name, int64 lease)
+{
+	char	   *url;
+	char	   *body;
+
+	url = psprintf("%s/v3/lock/lock", etcd_current_endpoint());
+	body = psprintf("{\"name\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}",
+					etcd_b64_encode(name, strlen(name)), lease);
+	/* no total timeout: the wait is bounded by the caller's deadline */
+	return etcd_http_start(url, body, etcd_auth_token(false), 0,
+						   etcd_connect_timeout_ms);
+}
+
+/*
+ * Start a one-shot keepalive of the lease.
+ */
+static EtcdHttpReq *
+start_keepalive_request(int64 lease)
+{
+	char	   *url;
+	char	   *body;
+
+	url = psprintf("%s/v3/lease/keepalive", etcd_current_endpoint());
+	body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
+	return etcd_http_start(url, body, etcd_auth_token(false),
+						   etcd_request_timeout_ms, etcd_connect_timeout_ms);
+}
+
+/*
+ * Look at a finished keepalive.  Raises LF003 when etcd says the lease is
+ * gone; returns the TTL left, or -1 when the keepalive failed for another
+ * reason (the caller retries soon).
+ */
+static int64
+finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
+{
+	char	   *resp;
+	int			len;
+	Jsonb	   *jb;
+	JsonbContainer *result;
+	int64		ttl = 0;
+
+	if (etcd_http_status(req) != ETCD_HTTP_DONE ||
+		etcd_http_code(req) != 200)
+	{
+		etcd_next_endpoint();
+		return -1;
+	}
+	resp = etcd_http_take_body(req, &len);
+	if (!etcd_parse_reply(resp, len, &jb))
+		etcd_malformed_reply("a lease keepalive",
+							 "The reply is not a JSON object.");
+	result = etcd_json_object(&jb->root, "result");
+	if (result == NULL)
+		etcd_malformed_reply("a lease keepalive",
+							 "The reply carries no \"result\" object.");
+	if (!etcd_json_int64(result, "TTL", &ttl) || ttl <= 0)
+		report_lock_lost(name, key,
+						 "The lease of the lock key expired or was revoked while waiting.");
+	return ttl;
+}
+
+/*
+ * Wait for the lock service to grant the lock to our lease, keeping the
+ * lease alive every third of its TTL.  wait_ms < 0 waits forever.
+ * Returns the key the lock service reports.
+ */
+static char *
+wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
+{
+	EtcdHttpReq *lock_req = NULL;
+	EtcdHttpReq *ka_req = NULL;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz deadline = 0;
+	TimestampTz next_ka;
+	long		ka_interval_ms = Max(200L, (long) ttl * 1000 / 3);
+	char	   *key = lock_key(name, lease);
+	int			failures = 0;
+	int			max_failures = 2 * etcd_endpoint_count();
+
+	if (wait_ms >= 0)
+		deadline = TimestampTzPlusMilliseconds(now, wait_ms);
+	next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
+
+	/*
+	 * The requests are released by etcd_http_abort_all() in the caller's
+	 * error cleanup, or below once finished.
+	 */
+	for (;;)
+	{
+		long		sleep_ms = -1;
+		EtcdHttpStatus st;
+
+		if (lock_req == NULL)
+		{
+			lock_req = start_lock_request(name, lease);
+			if (lock_req == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_OUT_OF_MEMORY),
+						 errmsg("could not set up an etcd request")));
+		}
+
+		st = etcd_http_status(lock_req);
+		if (st != ETCD_HTTP_RUNNING)
+		{
+			long		code = etcd_http_code(lock_req);
+			char	   *resp;
+			int			len;
+			Jsonb	   *jb = NULL;
+			bool		parsed;
+
+			if (st != ETCD_HTTP_DONE)
+			{
+				char	   *err = (char *) etcd_http_error(lock_req);
+				const char *ep = etcd_current_endpoint();
+
+				etcd_http_finish(lock_req);
+				lock_req = NULL;
+				if (st == ETCD_HTTP_TOO_LARGE || ++failures > max_failures)
+					etcd_report_transport_error("a lock request", st, ep, err);
+				/* same lease, same key: the lock service resumes the wait */
+				etcd_next_endpoint();
+				continue;
+			}
+
+			resp = etcd_http_take_body(lock_req, &len);
+			etcd_http_finish(lock_req);
+			lock_req = NULL;
+			parsed = etcd_parse_reply(resp, len, &jb);
+
+			if (code == 200)
+			{
+				char	   *got;
+				int			got_len;
+
+				if (!parsed)
+					etcd_malformed_reply("a lock request",
+										 "The reply is not a JSON object.");
+				got = etcd_json_bytes(&jb->root, "key", &got_len);
+				if (got == NULL || got_len != (int) strlen(key) ||
+					memcmp(got, key, got_len) != 0)
+					etcd_malformed_reply("a lock request",
+										 "The reply does not name the expected lock key.");
+				break;
+			}
+			else
+			{
+				EtcdReply	reply;
+				int64		gcode = 0;
+
+				memset(&reply, 0, sizeof(reply));
+				reply.http_code = code;
+				reply.endpoint = etcd_current_endpoint();
+				reply.json = parsed ? jb : NULL;
+				if (parsed && etcd_json_int64(&jb->root, "code", &gcode))
+					reply.grpc_code = (int) gcode;
+				if (parsed)
+				{
+					reply.error_text = etcd_json_string(&jb->root, "message");
+					if (reply.error_text == NULL)
+						reply.error_text = etcd_json_string(&jb->root, "error");
+				}
+				if (reply.error_text &&
+					strstr(reply.error_text, "lease not found") != NULL)
+					report_lock_lost(name, key,
+									 "The lease expired or was revoked before the lock was granted.");
+				if (etcd_reply_auth_invalid(&reply))
+					etcd_forget_auth_token();
+				if ((etcd_transient_failure(code, reply.grpc_code) ||
+					 etcd_reply_auth_invalid(&reply)) &&
+					++failures <= max_failures)
+				{
+					etcd_next_endpoint();
+					continue;
+				}
+				etcd_report_reply_error("a lock request", &reply);
+			}
+		}
+
+		/* keep our lease alive while waiting */
+		now = GetCurrentTimestamp();
+		if (ka_req != NULL && etcd_http_status(ka_req) != ETCD_HTTP_RUNNING)
+		{
+			int64		left = finish_keepalive(ka_req, name, key);
+
+			etcd_http_finish(ka_req);
+			ka_req = NULL;
+			next_ka = TimestampTzPlusMilliseconds(now, left < 0 ? 200 : ka_interval_ms);
+		}
+		if (ka_req == NULL && now >= next_ka)
+		{
+			ka_req = start_keepalive_request(lease);
+			next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
+		}
+
+		if (deadline != 0 && now >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+							name),
+					 errdetail("Another session holds the lock or waits ahead of this one.")));
+
+		if (ka_req == NULL)
+			sleep_ms = (long) ((next_ka - now) / 1000);
+		if (deadline != 0)
+		{
+			long		d = (long) ((deadline - now) / 1000);
+
+			if (sleep_ms < 0 || d < sleep_ms)
+				sleep_ms = d;
+		}
+		if (sleep_ms == 0)
+			sleep_ms = 1;
+
+		if (!etcd_http_wait(sleep_ms))
+		{
+			if (ProcDiePending && INTERRUPTS_CAN_BE_PROCESSED())
+			{
+				/*
+				 * The FATAL error reaches the client before the exit
+				 * callbacks run: remove our waiter key first, so that a
+				 * terminated waiter is visibly gone when the client learns
+				 * of it.
+				 */
+				HOLD_INTERRUPTS();
+				etcd_http_abort_all();
+				lock_req = ka_req = NULL;
+				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+				RESUME_INTERRUPTS();
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+
+	if (ka_req)
+		etcd_http_finish(ka_req);
+	return key;
+}
+
+/*
+ * Create our lock key under our lease if it does not exist yet, as the
+ * Mutex's TryLock does.  Whether it is the holder is read back afterwards,
+ * so retrying this request on another endpoint is harmless.
+ */
+static void
+create_lock_key(const char *name, int64 lease)
+{
+	char	   *key = lock_key(name, lease);
+	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *body;
+	EtcdReply	reply;
+
+	body = psprintf("{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
+					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}}]}",
+					key64, key64, lease);
+
+	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
+				   &reply))
+	{
+		if (reply.error_text && strstr(reply.error_text, "lease not found"))
+			report_lock_lost(name, key,
+							 "The lease expired before the lock key was created.");
+		etcd_report_reply_error("creating the lock key", &reply);
+	}
+	if (etcd_json_object(&reply.json->root, "header") == NULL)
+		etcd_malformed_reply("creating the lock key",
+							 "The reply carries no header.");
+}
+
+/*
+ * Validate the arguments shared by the lock functions.
+ */
+static void
+check_lock_args(const char *name, int ttl)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("etcd lock name must not be empty")));
+	if (len > ETCD_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("etcd lock name is too long"),
+				 errdetail("Lock names are limited to %d bytes.",
+						   ETCD_MAX_NAME_BYTES)));
+	if (ttl < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_seconds must be at least 1")));
+}
+
+/*
+ * Acquire the named lock (waiting, or only if free at once when
+ * try_only).  Returns false when try_only and the lock is taken.
+ *
+ * On any error, requests in flight are abandoned and the lease is
+ * revoked with interrupts held, so nothing of ours is left in etcd.
+ */
+static bool
+acquire(const char *name, int ttl, long wait_ms, bool try_only,
+		EtcdLockResult *res)
+{
+	int			granted_ttl;
+	int64		lease;
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		got = false;
+
+	check_lock_args(name, ttl);
+	lease = etcd_lease_grant(ttl, &granted_ttl);
+
+	PG_TRY();
+	{
+		char	   *key;
+
+		if (try_only)
+		{
+			key = lock_key(name, lease);
+			create_lock_key(name, lease);
+		}
+		else
+			key = wait_for_lock(name, lease, granted_ttl, wait_ms);
+
+		got = confirm_lock(name, key, lease, try_only, &res->token);
+		res->key = key;
+		res->lease = lease;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		HOLD_INTERRUPTS();
+		etcd_http_abort_all();
+		if (etcd_session_owns(lease))
+			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+		RESUME_INTERRUPTS();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!got)
+	{
+		/* taken: remove our key and lease (errors here are reported) */
+		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+	}
+	return got;
+}
+
+/*
+ * Convert wait_timeout to milliseconds; -1 for NULL (wait forever).
+ */
+static long
+wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		usecs;
+
+	if (PG_ARGISNULL(argno))
+		return -1;
+	span = PG_GETARG_INTERVAL_P(argno);
+	usecs = span->time +
+		((int64) span->day + (int64) span->month * DAYS_PER_MONTH) * USECS_PER_DAY;
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_timeout must not be negative")));
+	if (usecs / 1000 > (int64) LONG_MAX / 2)
+		return -1;
+	return (long) (usecs / 1000);
+}
+
+/*
+ * Return the result row (or none) of etcd_lock / etcd_try_lock.
+ */
+static void
+return_lock_row(FunctionCallInfo fcinfo, bool got, EtcdLockResult *res)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!got)
+		return;
+	values[0] = CStringGetTextDatum(res->key);
+	values[1] = Int64GetDatum(res->lease);
+	values[2] = Int64GetDatum(res->token);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * lockfence.etcd_lock(name, ttl_seconds, wait_timeout)
+ *		-> TABLE(key, lease, token)
+ *
+ * Blocks until this session holds the named lock, keeping the waiting
+ * lease alive.  Returns exactly one row.
+ */
+Datum
+lockfence_etcd_lock(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			ttl;
+	long		wait_ms;
+	EtcdLockResult res;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	ttl = PG_GETARG_INT32(1);
+	wait_ms = wait_timeout_ms(fcinfo, 2);
+
+	(void) acquire(name, ttl, wait_ms, false, &res);
+	return_lock_row(fcinfo, true, &res);
+	return (Datum) 0;
+}
+
+/*
+ * lockfence.etcd_try_lock(name, ttl_seconds) -> TABLE(key, lease, token)
+ *
+ * One row when the lock was free and is now ours; no row (and nothing of
+ * ours left in etcd) when someone else holds or waits for it.
+ */
+Datum
+lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			ttl;
+	EtcdLockResult res;
+	bool		got;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	ttl = PG_GETARG_INT32(1);
+
+	got = acquire(name, ttl, 0, true, &res);
+	return_lock_row(fcinfo, got, &res);
+	return (Datum) 0;
+}
+
+/*
+ * Parse the lease ID from a Mutex key's last component; 0 if none.
+ */
+static int64
+lease_from_key(const char *key)
+{
+	const char *slash = strrchr(key, '/');
+	char	   *end;
+	unsigned long long v;
+
+	if (slash == NULL || slash[1] == '\0' || strlen(slash + 1) > 16)
+		return 0;
+	if (strspn(slash + 1, "0123456789abcdef") != strlen(slash + 1))
+		return 0;
+	errno = 0;
+	v = strtoull(slash + 1, &end, 16);
+	if (errno != 0 || *end != '\0' || v > (unsigned long long) PG_INT64_MAX)
+		return 0;
+	return (int64) v;
+}
+
+/*
+ * lockfence.etcd_unlock(key) -> boolean
+ *
+ * Deletes the lock key and revokes its lease.  Returns false, with a
+ * NOTICE, when the key was already gone.
+ */
+Datum
+lockfence_etcd_unlock(PG_FUNCTION_ARGS)
+{
+	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *body;
+	EtcdReply	reply;
+	int64		deleted = 0;
+	int64		kv_lease = 0;
+	int64		own_lease = lease_from_key(key);
+
+	if (key[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("etcd lock key must not be empty")));
+
+	body = psprintf("{\"key\":\"%s\",\"prev_kv\":true}",
+					etcd_b64_encode(key, strlen(key)));
+	if (!etcd_call("/v3/kv/deleterange", body, etcd_request_timeout_ms, false,
+				   &reply))
+		etcd_report_reply_error("deleting the lock key", &reply);
+
+	(void) etcd_json_int64(&reply.json->root, "deleted", &deleted);
+	if (deleted > 0 && etcd_json_array_length(&reply.json->root, "prev_kvs") > 0)
+		(void) etcd_json_int64(etcd_json_array_object(&reply.json->root,
+													  "prev_kvs", 0),
+							   "lease", &kv_lease);
+
+	/* revoke the lease the key was attached to, and ours if it differs */
+	if (kv_lease > 0)
+		(void) etcd_lease_revoke(kv_lease, etcd_request_timeout_ms, false);
+	if (own_lease > 0 && own_lease != kv_lease && etcd_session_owns(own_lease))
+		(void) etcd_lease_revoke(own_lease, etcd_request_timeout_ms, false);
+
+	if (deleted == 0)
+	{
+		ereport(NOTICE,
+				(errmsg("etcd lock key \"%s\" does not exist", key),
+				 errdetail("The lock was already released, or lost when its lease expired.")));
+		PG_RETURN_BOOL(false);
+	}
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * lockfence.etcd_keepalive(lease) -> bigint
+ *
+ * Renews a lease once and returns its remaining TTL in seconds; LF003 if
+ * the lease is gone.
+ */
+Datum
+lockfence_etcd_keepalive(PG_FUNCTION_ARGS)
+{
+	int64		lease = PG_GETARG_INT64(0);
+	int64		ttl = 0;
+
+	if (lease <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid etcd lease ID " INT64_FORMAT, lease)));
+	if (!etcd_lease_keepalive(lease, &ttl))
+	{
+		etcd_session_untrack(lease);
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd lease " INT64_FORMAT " has expired or was revoked",
+						lease),
+				 errdetail("Locks held under this lease are lost."),
+				 errhint("Acquire the lock again.")));
+	}
+	PG_RETURN_INT64(ttl);
+}
+
+/*
+ * Module initialization for the etcd functions: called from _PG_init.
+ */
+void
+lockfence_etcd_init(void)
+{
+	etcd_guc_init();
+	etcd_session_init();
+}

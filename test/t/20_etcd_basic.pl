@@ -1,0 +1,235 @@
+
+# etcd locks against a real etcd: acquire/release, try-lock, tokens and
+# fencing, keepalive, wait_timeout, lock_and_fence, exit cleanup,
+# permissions, endpoint failover and connection errors.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+use LockfenceTest::Etcd;
+
+my $etcd = LockfenceTest::Etcd->new();
+
+my $node = PostgreSQL::Test::Cluster->new('etcd_basic');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+
+# Run SQL with verbose errors; returns (rc, stdout, stderr, sqlstate).
+sub run_sql
+{
+	my ($sql, %opts) = @_;
+	my ($out, $err);
+	my $rc = $node->psql(
+		'postgres', "\\set VERBOSITY verbose\n$sql",
+		stdout => \$out,
+		stderr => \$err,
+		%opts);
+	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	return ($rc, $out, $err, $state // '');
+}
+
+sub lease_hex { return sprintf('%x', $_[0]); }
+
+# --- acquire and release -------------------------------------------------
+
+my $row = $node->safe_psql('postgres',
+	"SELECT key, lease, token FROM lockfence.etcd_lock('basic')");
+my ($key, $lease, $token) = split /\|/, $row;
+is($key, 'basic/' . lease_hex($lease),
+	'lock key is <name>/<lease id in lowercase hex>');
+my $info;
+
+# That session has exited, so its lease was revoked and the key is gone.
+ok( LockfenceTest::Etcd::poll_until(5, sub { !defined $etcd->key_info($key) }),
+	'key of a session that exited is gone');
+
+my $s1 = LockfenceTest::Etcd::session($node);
+$row = $s1->query_safe(
+	"SELECT key || '|' || lease || '|' || token FROM lockfence.etcd_lock('basic', 20)");
+chomp $row;
+($key, $lease, $token) = split /\|/, $row;
+$info = $etcd->key_info($key);
+ok(defined $info, 'held lock key exists in etcd');
+is($info->{create_revision}, $token,
+	'token is the create_revision of the lock key');
+is($info->{lease}, $lease, 'lock key is attached to the granted lease');
+ok((grep { $_ eq lease_hex($lease) } $etcd->leases), 'lease is alive');
+
+my $ttl = $s1->query_safe("SELECT lockfence.etcd_keepalive($lease)");
+chomp $ttl;
+ok($ttl > 0 && $ttl <= 20, "keepalive returns the remaining TTL ($ttl)");
+
+is($s1->query_safe("SELECT lockfence.etcd_unlock('$key')"),
+	't', 'unlock returns true');
+ok(!defined $etcd->key_info($key), 'unlock deleted the key');
+ok(!(grep { $_ eq lease_hex($lease) } $etcd->leases),
+	'unlock revoked the lease');
+
+my ($rc, $out, $err, $state) =
+  run_sql("SELECT lockfence.etcd_unlock('$key')");
+is($out, 'f', 'unlocking a released lock returns false');
+like($err, qr/NOTICE:.*does not exist/, '... with a NOTICE');
+
+($rc, $out, $err, $state) = run_sql("SELECT lockfence.etcd_keepalive($lease)");
+is($state, 'LF003', 'keepalive of a revoked lease raises LF003');
+
+# --- try-lock -------------------------------------------------------------
+
+$row = $s1->query_safe(
+	"SELECT key || '|' || lease || '|' || token FROM lockfence.etcd_try_lock('trylk', 20)"
+);
+chomp $row;
+my ($tkey, $tlease, $ttoken) = split /\|/, $row;
+like($tkey, qr{^trylk/[0-9a-f]+$}, 'try_lock on a free lock returns a row');
+my @leases_before = sort $etcd->leases;
+
+($rc, $out, $err, $state) =
+  run_sql("SELECT count(*) FROM lockfence.etcd_try_lock('trylk', 20)");
+is($out, '0', 'try_lock on a held lock returns no row');
+is_deeply([ $etcd->keys('trylk/') ], [$tkey],
+	'failed try_lock left no key behind');
+is_deeply([ sort $etcd->leases ], \@leases_before,
+	'failed try_lock left no lease behind');
+$s1->query_safe("SELECT lockfence.etcd_unlock('$tkey')");
+
+# --- tokens increase and are accepted by the fence -----------------------
+
+my @tokens;
+for my $i (1 .. 3)
+{
+	my $r = $node->safe_psql(
+		'postgres', qq{
+		SELECT l.key || '|' || l.token || '|' ||
+		       lockfence.fence('res-basic', l.token, holder => l.key) || '|' ||
+		       lockfence.etcd_unlock(l.key)::text
+		  FROM lockfence.etcd_lock('tok') AS l});
+	my ($k, $t, $fenced, $unlocked) = split /\|/, $r;
+	is($fenced, $t, "grant $i: fence accepted token $t");
+	is($unlocked, 'true', "grant $i: unlocked");
+	push @tokens, $t;
+}
+ok($tokens[0] < $tokens[1] && $tokens[1] < $tokens[2],
+	"tokens strictly increase across grants (@tokens)");
+($rc, $out, $err, $state) =
+  run_sql("SELECT lockfence.fence('res-basic', $tokens[0])");
+is($state, 'LF001', 'fence rejects an older grant\'s token');
+
+# --- wait_timeout ---------------------------------------------------------
+
+$row = $s1->query_safe(
+	"SELECT key || '|' || lease FROM lockfence.etcd_lock('wt', 20)");
+chomp $row;
+my ($wkey, $wlease) = split /\|/, $row;
+@leases_before = sort $etcd->leases;
+my $t0 = time;
+($rc, $out, $err, $state) =
+  run_sql("SELECT * FROM lockfence.etcd_lock('wt', 20, '300 ms')");
+my $elapsed = time - $t0;
+is($state, '55P03', 'wait_timeout expiry raises 55P03');
+ok($elapsed >= 0.3, "wait lasted at least wait_timeout ($elapsed s)");
+is_deeply([ $etcd->keys('wt/') ], [$wkey], 'timed-out waiter left no key');
+is_deeply([ sort $etcd->leases ], \@leases_before,
+	'timed-out waiter left no lease');
+
+# --- lock_and_fence -------------------------------------------------------
+
+($rc, $out, $err, $state) = run_sql(
+	"BEGIN; SELECT lockfence.etcd_lock_and_fence('laf', 'res-laf'); SELECT lockfence.current_token('res-laf'); COMMIT;"
+);
+my ($laf_token, $cur) = split /\n/, $out;
+is($rc, 0, 'lock_and_fence succeeded');
+is($cur, $laf_token, 'lock_and_fence fenced the resource with its token');
+my $holder = $node->safe_psql('postgres',
+	"SELECT holder FROM lockfence.fences WHERE resource = 'res-laf'");
+like($holder, qr{^laf/[0-9a-f]+$}, 'fence holder is the lock key');
+
+# A stale token: fence 'res-laf' far ahead, then lock_and_fence must fail
+# with LF001 and release the lock it took.
+$node->safe_psql('postgres', "SELECT lockfence.fence('res-laf', 1000000000)");
+($rc, $out, $err, $state) =
+  run_sql("SELECT lockfence.etcd_lock_and_fence('laf2', 'res-laf')");
+is($state, 'LF001', 'lock_and_fence with a stale token raises LF001');
+is_deeply([ $etcd->keys('laf2/') ], [],
+	'lock_and_fence released the lock after the fence failed');
+
+# --- backend exit frees its locks at once ---------------------------------
+
+my $s2 = LockfenceTest::Etcd::session($node);
+$row = $s2->query_safe(
+	"SELECT key || '|' || lease FROM lockfence.etcd_lock('exitlk', 60)");
+chomp $row;
+my ($ekey, $elease) = split /\|/, $row;
+ok(defined $etcd->key_info($ekey), 'lock held before exit');
+$t0 = time;
+$s2->quit;
+ok( LockfenceTest::Etcd::poll_until(
+		5, sub { !defined $etcd->key_info($ekey) }),
+	'lock released after backend exit');
+$elapsed = time - $t0;
+ok($elapsed < 5, "released well before its 60 s TTL ($elapsed s)");
+ok(!(grep { $_ eq lease_hex($elease) } $etcd->leases),
+	'lease revoked at backend exit');
+
+# --- permissions ----------------------------------------------------------
+
+$node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
+($rc, $out, $err, $state) =
+  run_sql("SELECT * FROM lockfence.etcd_lock('perm')", extra_params => [ '-U', 'lf_app' ]);
+is($state, '42501', 'PUBLIC cannot call etcd_lock');
+$node->safe_psql('postgres',
+	'GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval), lockfence.etcd_unlock(text) TO lf_app'
+);
+($rc, $out, $err, $state) = run_sql(
+	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('perm')",
+	extra_params => [ '-U', 'lf_app' ]);
+is($out, 't', 'a granted role can lock and unlock');
+# (call a lockfence function first, so the settings are defined)
+($rc, $out, $err, $state) = run_sql(
+	"SELECT lockfence.current_token('x');
+	 SET lockfence.etcd_endpoints = 'http://127.0.0.1:1'",
+	extra_params => [ '-U', 'lf_app' ]);
+is($state, '42501', 'ordinary users cannot change the endpoints');
+($rc, $out, $err, $state) = run_sql(
+	"SELECT lockfence.current_token('x'); SHOW lockfence.etcd_password",
+	extra_params => [ '-U', 'lf_app' ]);
+is($state, '42501', 'ordinary users cannot read the password setting');
+
+# --- endpoints: failover and connection errors ----------------------------
+
+my $dead_port = PostgreSQL::Test::Cluster::get_free_port();
+$t0 = time;
+($rc, $out, $err, $state) = run_sql(
+	"SET lockfence.etcd_request_timeout = '1s';
+	 SET lockfence.etcd_endpoints = 'http://127.0.0.1:$dead_port';
+	 SELECT * FROM lockfence.etcd_lock('conn')");
+is($state, '08001', 'unreachable etcd raises 08001');
+$elapsed = time - $t0;
+ok($elapsed < 4, "... within the request timeout ($elapsed s)");
+like($err, qr/could not connect to etcd/, '... with a clear message');
+
+($rc, $out, $err, $state) = run_sql(
+	"SET lockfence.etcd_endpoints = 'http://127.0.0.1:$dead_port, "
+	  . $etcd->endpoint . "';
+	 SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('conn')");
+is($out, 't', 'a dead first endpoint fails over to the next one');
+
+($rc, $out, $err, $state) = run_sql(
+	"SELECT lockfence.current_token('x');
+	 SET lockfence.etcd_endpoints = 'ftp://127.0.0.1:2379'");
+is($state, '22023', 'non-http endpoints are refused');
+
+($rc, $out, $err, $state) =
+  run_sql("SELECT * FROM lockfence.etcd_lock('', 30)");
+is($state, '22023', 'empty lock name is refused');
+
+$s1->quit;
+$node->stop;
+done_testing();

@@ -1,0 +1,155 @@
+
+# Lease expiry and lost locks: a waiter keeps its own lease alive; an
+# expired holder's lock passes on and its fenced write is rejected (LF001);
+# a waiter whose lease is gone never gets a token (LF003), both when its
+# keepalive notices and in etcd 3.4's "locked anyway" case.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::Etcd;
+
+my $etcd = LockfenceTest::Etcd->new();
+
+my $node = PostgreSQL::Test::Cluster->new('etcd_expiry');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+$node->start;
+$node->safe_psql(
+	'postgres', q{
+	CREATE EXTENSION lockfence;
+	CREATE TABLE accounts (id int PRIMARY KEY, balance int);
+	INSERT INTO accounts VALUES (1, 100);
+});
+
+sub wait_for_keys
+{
+	my ($prefix, $n) = @_;
+	return LockfenceTest::Etcd::poll_until(30,
+		sub { scalar($etcd->keys($prefix)) == $n });
+}
+
+sub verbose_session
+{
+	my $s = LockfenceTest::Etcd::session($node);
+	$s->query_safe('\set VERBOSITY verbose');
+	return $s;
+}
+
+# --- a waiter keeps its lease alive while waiting longer than its TTL ---------
+
+my $h = verbose_session();
+my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('ka', 60)");
+chomp $hkey;
+my $w = verbose_session();
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 3);");
+ok(wait_for_keys('ka/', 2), 'short-TTL waiter queued');
+my $t0 = time;
+sleep 1 while time < $t0 + 6;    # twice the waiter's TTL
+is(scalar($etcd->keys('ka/')), 2, 'waiter key survived twice its TTL');
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+my ($wkey, $wtoken) = split /\|/, $out;
+ok(defined $wtoken && $wtoken =~ /^\d+$/,
+	'waiter whose lease was kept alive acquired the lock')
+  or diag("stdout: $out\nstderr: $err");
+$w->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
+
+# --- lease expiry hands the lock on; the old holder is fenced out -------------
+
+my $a = verbose_session();
+my $arow = $a->query_safe(
+	q{SELECT key || '|' || token FROM lockfence.etcd_lock('exp', 3)});
+chomp $arow;
+my ($akey, $atoken) = split /\|/, $arow;
+$a->query_safe(
+	"BEGIN; SELECT lockfence.fence('acct-1', $atoken, holder => '$akey'); "
+	  . "UPDATE accounts SET balance = balance - 10 WHERE id = 1; COMMIT;");
+
+# A is now stalled (no keepalive): B waits and gets the lock after A's
+# lease expires.
+my $b = verbose_session();
+$t0 = time;
+my $brow = $b->query_safe(
+	q{SELECT key || '|' || token FROM lockfence.etcd_lock('exp', 30, '30 s')});
+chomp $brow;
+my ($bkey, $btoken) = split /\|/, $brow;
+my $elapsed = time - $t0;
+ok($btoken > $atoken,
+	"B got the lock after A's lease expired ($elapsed s), token $btoken > $atoken");
+ok(!defined $etcd->key_info($akey), "A's key is gone");
+$b->query_safe(
+	"BEGIN; SELECT lockfence.fence('acct-1', $btoken, holder => '$bkey'); "
+	  . "UPDATE accounts SET balance = balance + 5 WHERE id = 1; COMMIT;");
+
+# A wakes up and tries another fenced write with its old token.
+($out, $err) = ('', '');
+$a->query("BEGIN; SELECT lockfence.fence('acct-1', $atoken, holder => '$akey');");
+like($a->{stderr}, qr/ERROR:\s+LF001/,
+	'the expired holder\'s fenced write is rejected with LF001');
+$a->query('ROLLBACK');
+$a->{stderr} = '';
+is($node->safe_psql('postgres', 'SELECT balance FROM accounts WHERE id = 1'),
+	'95', 'only the writes of valid holders were applied');
+
+# its keepalive reports the loss
+my $alease = hex((split m{/}, $akey)[1]);
+$a->query("SELECT lockfence.etcd_keepalive($alease)");
+like($a->{stderr}, qr/ERROR:\s+LF003/,
+	'keepalive of the expired lease raises LF003');
+$a->{stderr} = '';
+$b->query_safe("SELECT lockfence.etcd_unlock('$bkey')");
+
+# --- a waiter's lease revoked while it waits: keepalive notices ---------------
+
+$hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('lost1', 60)");
+chomp $hkey;
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key, token FROM lockfence.etcd_lock('lost1', 3);");
+ok(wait_for_keys('lost1/', 2), 'waiter queued');
+my ($wk) = grep { $_ ne $hkey } $etcd->keys('lost1/');
+my $wlease_hex = (split m{/}, $wk)[1];
+$etcd->etcdctl_ok('lease', 'revoke', $wlease_hex);
+($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+like($err, qr/ERROR:\s+LF003/,
+	'waiter whose lease was revoked gets LF003 from its keepalive');
+unlike($out, qr/\d/, '... and no token');
+is_deeply([ $etcd->keys('lost1/') ], [$hkey], 'no waiter key left');
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+
+# --- etcd 3.4: the lock service answers "locked" to a waiter whose lease is ---
+# --- gone; the read-back refuses to issue a token -----------------------------
+
+$hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('lost2', 60)");
+chomp $hkey;
+# TTL 60: the waiter's next keepalive is 20 s away, so only the read-back
+# after the lock service's answer can notice the loss.
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key, token FROM lockfence.etcd_lock('lost2', 60);");
+ok(wait_for_keys('lost2/', 2), 'waiter queued');
+($wk) = grep { $_ ne $hkey } $etcd->keys('lost2/');
+$wlease_hex = (split m{/}, $wk)[1];
+$etcd->etcdctl_ok('lease', 'revoke', $wlease_hex);
+ok(wait_for_keys('lost2/', 1), "waiter's key deleted with its lease");
+$t0 = time;
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+$elapsed = time - $t0;
+like($err, qr/ERROR:\s+LF003/,
+	'waiter answered "locked" without a key gets LF003');
+like($err, qr/The lock key no longer exists/,
+	'... found by reading the key back after the lock service answered');
+unlike($out, qr/\d/, '... and no token');
+ok($elapsed < 15, "... promptly after the holder released ($elapsed s)");
+is_deeply([ $etcd->keys('lost2/') ], [], 'no key left under the name');
+
+$_->quit for ($h, $w, $a, $b);
+$node->stop;
+done_testing();

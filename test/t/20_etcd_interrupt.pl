@@ -1,0 +1,137 @@
+
+# A blocked etcd_lock() stops at once on pg_cancel_backend, statement_timeout
+# and pg_terminate_backend, and leaves no waiter key or lease behind.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::Etcd;
+
+# Time allowed from the interrupt to the error reaching the client.
+my $budget = 0.1;
+
+my $etcd = LockfenceTest::Etcd->new();
+
+my $node = PostgreSQL::Test::Cluster->new('etcd_interrupt');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+
+my $holder = LockfenceTest::Etcd::session($node);
+my $hkey = $holder->query_safe("SELECT key FROM lockfence.etcd_lock('intr', 60)");
+chomp $hkey;
+my @base_leases = sort $etcd->leases;
+
+my $canceller = LockfenceTest::Etcd::session($node);
+
+sub wait_for_keys
+{
+	my ($n) = @_;
+	return LockfenceTest::Etcd::poll_until(30,
+		sub { scalar($etcd->keys('intr/')) == $n });
+}
+
+# Pump a session until its stderr shows an error; returns the time it did.
+sub wait_for_error
+{
+	my ($s, $seconds) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		$s->{run}->pump_nb;
+		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
+		usleep(1_000);
+	}
+	return undef;
+}
+
+# Start a waiter blocked behind the holder; returns the session.
+sub start_waiter
+{
+	my ($setup) = @_;
+	my $w = LockfenceTest::Etcd::session($node);
+	$w->query_safe('\set VERBOSITY verbose');
+	$w->query_safe($setup) if $setup;
+	LockfenceTest::Etcd::send_query($w,
+		"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
+	ok(wait_for_keys(2), 'waiter queued its key');
+	return $w;
+}
+
+# --- pg_cancel_backend -------------------------------------------------------
+
+my $w = start_waiter();
+my $t0 = time;
+$canceller->query_safe("SELECT pg_cancel_backend($w->{pid})");
+my $t1 = wait_for_error($w, 30);
+ok(defined $t1, 'cancelled waiter got an error');
+my $elapsed = defined $t1 ? $t1 - $t0 : 999;
+ok($elapsed < $budget,
+	sprintf('cancel stopped the wait within %.0f ms (took %.1f ms)',
+		$budget * 1000, $elapsed * 1000));
+like($w->{stderr}, qr/ERROR:\s+57014/, 'cancel raises 57014');
+is_deeply([ $etcd->keys('intr/') ], [$hkey], 'cancelled waiter left no key');
+is_deeply([ sort $etcd->leases ], \@base_leases,
+	'cancelled waiter left no lease');
+my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+is($w->query_safe('SELECT 1'), '1', 'session remains usable after the cancel');
+$w->quit;
+
+# --- statement_timeout ---------------------------------------------------------
+
+$w = LockfenceTest::Etcd::session($node);
+$w->query_safe('\set VERBOSITY verbose');
+$w->query_safe("SET statement_timeout = '1s'");
+$t0 = time;
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
+$t1 = wait_for_error($w, 30);
+ok(defined $t1, 'waiter under statement_timeout got an error');
+$elapsed = defined $t1 ? $t1 - $t0 : 999;
+ok($elapsed >= 1.0 && $elapsed < 1.0 + $budget,
+	sprintf('statement_timeout of 1 s stopped the wait after %.1f ms',
+		$elapsed * 1000));
+like($w->{stderr}, qr/ERROR:\s+57014/, 'statement_timeout raises 57014');
+like($w->{stderr}, qr/statement timeout/, '... as a statement timeout');
+is_deeply([ $etcd->keys('intr/') ], [$hkey], 'timed-out waiter left no key');
+is_deeply([ sort $etcd->leases ], \@base_leases,
+	'timed-out waiter left no lease');
+LockfenceTest::Etcd::wait_result($w, 30);
+$w->quit;
+
+# --- pg_terminate_backend --------------------------------------------------------
+
+$w = start_waiter();
+$t0 = time;
+$canceller->query_safe("SELECT pg_terminate_backend($w->{pid})");
+$t1 = wait_for_error($w, 30);
+ok(defined $t1, 'terminated waiter got an error');
+$elapsed = defined $t1 ? $t1 - $t0 : 999;
+ok($elapsed < $budget,
+	sprintf('termination stopped the wait within %.0f ms (took %.1f ms)',
+		$budget * 1000, $elapsed * 1000));
+like($w->{stderr}, qr/FATAL:\s+57P01/, 'termination raises 57P01');
+is_deeply([ $etcd->keys('intr/') ], [$hkey], 'terminated waiter left no key');
+is_deeply([ sort $etcd->leases ], \@base_leases,
+	'terminated waiter left no lease');
+eval { $w->quit; };
+
+# --- the holder still holds, and the lock is usable afterwards ------------------
+
+is_deeply([ $etcd->keys('intr/') ], [$hkey], 'holder still holds the lock');
+$holder->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+my $row = $canceller->query_safe(
+	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('intr', 10, '5 s')");
+is($row, 't', 'lock can be taken and released after the interrupted waits');
+
+$holder->quit;
+$canceller->quit;
+$node->stop;
+done_testing();
