@@ -41,6 +41,7 @@ use warnings;
 
 use Carp;
 use File::Temp ();
+use Test::More ();
 use IO::Socket::INET;
 use IPC::Run ();
 use JSON::PP;
@@ -745,6 +746,43 @@ sub sql_try
 		@r{qw(ok sqlstate message)} = (0, '?????', $err);
 	}
 	return \%r;
+}
+
+=pod
+
+=item check_superuser_only(node, role, gucs...)
+
+Test::More checks that an ordinary role can neither read nor set each of
+the given settings, before or after the lockfence library is loaded in
+its session (a value set as a placeholder before the load must be
+discarded, with a warning), and does not see them in pg_settings.
+
+=cut
+
+sub check_superuser_only
+{
+	my ($node, $role, @gucs) = @_;
+	for my $guc (@gucs)
+	{
+		my $s = session($node, $role);
+		my $r = sql_try($s, "SET $guc = '/tmp/lockfence-not-allowed'");
+		$r = sql_try($s, "SELECT lockfence.current_token('superuser-only-check') IS NULL");
+		Test::More::is($r->{out}, 't', "$role: library loads");
+		Test::More::like($r->{stderr}, qr/permission denied to set parameter "\Q$guc\E"/,
+			"$role: $guc set before the library loaded is discarded with a warning");
+		$r = sql_try($s, "SHOW $guc");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot SHOW $guc");
+		$r = sql_try($s, "SELECT current_setting('$guc')");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot read $guc with current_setting()");
+		$r = sql_try($s, "SET $guc = '/tmp/lockfence-not-allowed'");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot SET $guc");
+		$r = sql_try($s, "SELECT set_config('$guc', 'x', false)");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot set_config() $guc");
+		$r = sql_try($s, "SELECT count(*) FROM pg_settings WHERE name = '$guc'");
+		Test::More::is($r->{out}, '0', "$guc is not listed in pg_settings for $role");
+		$s->quit;
+	}
+	return;
 }
 
 =pod
