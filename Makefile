@@ -9,7 +9,7 @@ EXTVERSION = 1.0
 MODULE_big = lockfence
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-SQL_PARTS = sql/core.sql sql/trigger.sql $(wildcard sql/etcd.sql)
+SQL_PARTS = sql/core.sql sql/trigger.sql sql/metrics.sql $(wildcard sql/etcd.sql)
 DATA_built = lockfence--$(EXTVERSION).sql
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)
@@ -17,9 +17,9 @@ SHLIB_LINK = $(shell curl-config --libs)
 
 # Regression and isolation suites each start a private server (the two
 # folders differ because the TAP step wipes tmp_check).
-REGRESS = core trigger
+REGRESS = functions triggers
 REGRESS_OPTS = --inputdir=test --temp-instance=tmp_regress
-ISOLATION = fence_race fence_savepoint fence_trigger fence_isolation_levels
+ISOLATION =
 ISOLATION_OPTS = --inputdir=test --temp-instance=tmp_isolation
 
 TAP_TESTS = 1

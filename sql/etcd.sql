@@ -7,7 +7,7 @@ CREATE FUNCTION lockfence.etcd_lock(name text, ttl_seconds integer DEFAULT 30,
                                     wait_timeout interval DEFAULT NULL)
 RETURNS TABLE (key text, lease bigint, token bigint)
 AS 'MODULE_PATHNAME', 'lockfence_etcd_lock'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
 
 COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval) IS
     'Acquire an etcd lock (waits); returns its key, lease and fencing token';
@@ -16,7 +16,7 @@ COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval) IS
 CREATE FUNCTION lockfence.etcd_try_lock(name text, ttl_seconds integer DEFAULT 30)
 RETURNS TABLE (key text, lease bigint, token bigint)
 AS 'MODULE_PATHNAME', 'lockfence_etcd_try_lock'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL RESTRICTED ROWS 1;
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
 
 COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer) IS
     'Acquire an etcd lock if free at once; no row when it is taken';
@@ -25,7 +25,7 @@ COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer) IS
 CREATE FUNCTION lockfence.etcd_unlock(key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'lockfence_etcd_unlock'
-LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.etcd_unlock(text) IS
     'Release an etcd lock; false (with a NOTICE) when it was already gone';
@@ -34,7 +34,7 @@ COMMENT ON FUNCTION lockfence.etcd_unlock(text) IS
 CREATE FUNCTION lockfence.etcd_keepalive(lease bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'lockfence_etcd_keepalive'
-LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.etcd_keepalive(bigint) IS
     'Renew an etcd lease; returns its remaining TTL in seconds';
@@ -46,7 +46,7 @@ CREATE FUNCTION lockfence.etcd_lock_and_fence(name text, resource text,
                                               ttl_seconds integer DEFAULT 30,
                                               wait_timeout interval DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -92,6 +92,7 @@ extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 			pg_attribute_noreturn();
 
 /* etcd_json.c */
+extern const char *etcd_reply_context;
 extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);
@@ -108,6 +109,7 @@ extern void etcd_malformed_reply(const char *what, const char *detail)
 /* etcd_session.c */
 extern void etcd_session_init(void);
 extern void etcd_session_track(int64 lease);
+extern void etcd_session_mark_acquired(int64 lease);
 extern void etcd_session_untrack(int64 lease);
 extern bool etcd_session_owns(int64 lease);
 

@@ -354,6 +354,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
+	etcd_reply_context = path;
 	n = etcd_endpoint_count();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	/* give each endpoint a fair share, but enough for one election */
@@ -408,6 +409,8 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 				etcd_reply_auth_invalid(reply))
 			{
 				/* token expired or revoked: fetch a new one, once */
+				elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+					 reply->error_text ? reply->error_text : "no message");
 				etcd_forget_auth_token();
 				refreshed = true;
 				continue;

@@ -25,15 +25,20 @@
 
 #include "etcd.h"
 
+/* Request whose reply is being read, for error messages (static string). */
+const char *etcd_reply_context = "a request";
+
 /*
- * Raise the error for a reply we cannot understand.
+ * Raise the error for a reply we cannot understand.  what names the
+ * request; NULL means the one in etcd_reply_context.
  */
 void
 etcd_malformed_reply(const char *what, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_PROTOCOL_VIOLATION),
-			 errmsg("malformed reply from etcd to %s", what),
+			 errmsg("malformed reply from etcd to %s",
+					what ? what : etcd_reply_context),
 			 detail ? errdetail_internal("%s", detail) : 0));
 }
 
@@ -91,7 +96,7 @@ etcd_json_object(JsonbContainer *c, const char *key)
 	if (v == NULL || v->type == jbvNull)
 		return NULL;
 	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an object.", key));
 	return v->val.binary.data;
 }
@@ -116,16 +121,16 @@ etcd_json_int64(JsonbContainer *c, const char *key, int64 *value)
 		s = DatumGetCString(DirectFunctionCall1(numeric_out,
 												NumericGetDatum(v->val.numeric)));
 	else
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an integer.", key));
 
 	errno = 0;
 	if (s[0] == '\0' || s[0] == ' ')
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an integer.", key));
 	*value = strtoi64(s, &end, 10);
 	if (errno != 0 || *end != '\0')
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an integer.", key));
 	return true;
 }
@@ -141,7 +146,7 @@ etcd_json_string(JsonbContainer *c, const char *key)
 	if (v == NULL || v->type == jbvNull)
 		return NULL;
 	if (v->type != jbvString)
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not a string.", key));
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
@@ -157,7 +162,7 @@ etcd_json_array_length(JsonbContainer *c, const char *key)
 	if (v == NULL || v->type == jbvNull)
 		return 0;
 	if (v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data))
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an array.", key));
 	return JsonContainerSize(v->val.binary.data);
 }
@@ -173,12 +178,12 @@ etcd_json_array_object(JsonbContainer *c, const char *key, int i)
 
 	if (v == NULL || v->type != jbvBinary ||
 		!JsonContainerIsArray(v->val.binary.data))
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not an array.", key));
 	elem = getIthJsonbValueFromContainer(v->val.binary.data, i);
 	if (elem == NULL || elem->type != jbvBinary ||
 		!JsonContainerIsObject(elem->val.binary.data))
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Element %d of \"%s\" is not an object.", i, key));
 	return elem->val.binary.data;
 }
@@ -233,7 +238,7 @@ etcd_json_bytes(JsonbContainer *c, const char *key, int *len)
 		return NULL;
 	out = etcd_b64_decode(s, len);
 	if (out == NULL)
-		etcd_malformed_reply("a request",
+		etcd_malformed_reply(NULL,
 							 psprintf("Field \"%s\" is not valid base64.", key));
 	return out;
 }

@@ -38,9 +38,13 @@
 
 #include "etcd.h"
 #include "lockfence.h"
+#include "metrics.h"
 
 /* Time allowed for revoking our lease after a failed acquisition. */
 #define ETCD_CLEANUP_MS		1000
+
+/* Pause after every endpoint failed a lock request, before the next round. */
+#define ETCD_RETRY_PAUSE_MS	200
 
 /* gRPC codes used here */
 #define GRPC_UNKNOWN		2
@@ -306,13 +310,26 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 	JsonbContainer *result;
 	int64		ttl = 0;
 
-	if (etcd_http_status(req) != ETCD_HTTP_DONE ||
-		etcd_http_code(req) != 200)
+	if (etcd_http_status(req) != ETCD_HTTP_DONE)
 	{
 		etcd_next_endpoint();
 		return -1;
 	}
 	resp = etcd_http_take_body(req, &len);
+	etcd_reply_context = "/v3/lease/keepalive";
+	if (etcd_http_code(req) != 200)
+	{
+		char	   *msg = NULL;
+
+		if (etcd_parse_reply(resp, len, &jb))
+			msg = etcd_json_string(&jb->root, "message");
+		if (etcd_http_code(req) == 404 ||
+			(msg && strstr(msg, "lease not found")))
+			report_lock_lost(name, key,
+							 "The lease of the lock key expired or was revoked while waiting.");
+		etcd_next_endpoint();
+		return -1;
+	}
 	if (!etcd_parse_reply(resp, len, &jb))
 		etcd_malformed_reply("a lease keepalive",
 							 "The reply is not a JSON object.");
@@ -324,6 +341,29 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 		report_lock_lost(name, key,
 						 "The lease of the lock key expired or was revoked while waiting.");
 	return ttl;
+}
+
+/*
+ * After a failed lock request: may it be sent again, and when?  The
+ * request moves to the next endpoint at once, pausing ETCD_RETRY_PAUSE_MS
+ * after each full round of failed endpoints, for as long as
+ * lockfence.etcd_request_timeout allows since the first failure in a row.
+ */
+static bool
+lock_retry_allowed(int *failures, TimestampTz *first_failure,
+				   TimestampTz *retry_at, int n_endpoints)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if ((*failures)++ == 0)
+		*first_failure = now;
+	if (now >= TimestampTzPlusMilliseconds(*first_failure,
+										   etcd_request_timeout_ms))
+		return false;
+	etcd_next_endpoint();
+	*retry_at = (*failures % n_endpoints == 0) ?
+		TimestampTzPlusMilliseconds(now, ETCD_RETRY_PAUSE_MS) : now;
+	return true;
 }
 
 /*
@@ -341,8 +381,10 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 	TimestampTz next_ka;
 	long		ka_interval_ms = Max(200L, (long) ttl * 1000 / 3);
 	char	   *key = lock_key(name, lease);
-	int			failures = 0;
-	int			max_failures = 2 * etcd_endpoint_count();
+	int			failures = 0;	/* consecutive failed lock requests */
+	TimestampTz first_failure = 0;
+	TimestampTz retry_at = 0;	/* when to re-send the lock request */
+	int			n_endpoints = etcd_endpoint_count();
 
 	if (wait_ms >= 0)
 		deadline = TimestampTzPlusMilliseconds(now, wait_ms);
@@ -357,7 +399,8 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 		long		sleep_ms = -1;
 		EtcdHttpStatus st;
 
-		if (lock_req == NULL)
+		now = GetCurrentTimestamp();
+		if (lock_req == NULL && now >= retry_at)
 		{
 			lock_req = start_lock_request(name, lease);
 			if (lock_req == NULL)
@@ -366,7 +409,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 						 errmsg("could not set up an etcd request")));
 		}
 
-		st = etcd_http_status(lock_req);
+		st = lock_req ? etcd_http_status(lock_req) : ETCD_HTTP_RUNNING;
 		if (st != ETCD_HTTP_RUNNING)
 		{
 			long		code = etcd_http_code(lock_req);
@@ -382,14 +425,16 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 
 				etcd_http_finish(lock_req);
 				lock_req = NULL;
-				if (st == ETCD_HTTP_TOO_LARGE || ++failures > max_failures)
+				if (st == ETCD_HTTP_TOO_LARGE ||
+					!lock_retry_allowed(&failures, &first_failure, &retry_at,
+										n_endpoints))
 					etcd_report_transport_error("a lock request", st, ep, err);
-				/* same lease, same key: the lock service resumes the wait */
-				etcd_next_endpoint();
+				elog(DEBUG1, "etcd lock request to %s failed: %s", ep, err);
 				continue;
 			}
 
 			resp = etcd_http_take_body(lock_req, &len);
+			etcd_reply_context = "/v3/lock/lock";
 			etcd_http_finish(lock_req);
 			lock_req = NULL;
 			parsed = etcd_parse_reply(resp, len, &jb);
@@ -431,14 +476,16 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 					report_lock_lost(name, key,
 									 "The lease expired or was revoked before the lock was granted.");
 				if (etcd_reply_auth_invalid(&reply))
+				{
+					elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+						 reply.error_text ? reply.error_text : "no message");
 					etcd_forget_auth_token();
+				}
 				if ((etcd_transient_failure(code, reply.grpc_code) ||
 					 etcd_reply_auth_invalid(&reply)) &&
-					++failures <= max_failures)
-				{
-					etcd_next_endpoint();
+					lock_retry_allowed(&failures, &first_failure, &retry_at,
+									   n_endpoints))
 					continue;
-				}
 				etcd_report_reply_error("a lock request", &reply);
 			}
 		}
@@ -449,12 +496,15 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 		{
 			int64		left = finish_keepalive(ka_req, name, key);
 
+			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " while waiting: TTL " INT64_FORMAT,
+				 lease, left);
 			etcd_http_finish(ka_req);
 			ka_req = NULL;
 			next_ka = TimestampTzPlusMilliseconds(now, left < 0 ? 200 : ka_interval_ms);
 		}
 		if (ka_req == NULL && now >= next_ka)
 		{
+			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", lease);
 			ka_req = start_keepalive_request(lease);
 			next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
 		}
@@ -468,6 +518,13 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 
 		if (ka_req == NULL)
 			sleep_ms = (long) ((next_ka - now) / 1000);
+		if (lock_req == NULL)
+		{
+			long		r = Max((long) ((retry_at - now) / 1000), 0L);
+
+			if (sleep_ms < 0 || r < sleep_ms)
+				sleep_ms = r;
+		}
 		if (deadline != 0)
 		{
 			long		d = (long) ((deadline - now) / 1000);
@@ -489,6 +546,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 				 * of it.
 				 */
 				HOLD_INTERRUPTS();
+				lockfence_metrics_etcd_acquire_failed();
 				etcd_http_abort_all();
 				lock_req = ka_req = NULL;
 				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
@@ -569,17 +627,18 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		EtcdLockResult *res)
 {
 	int			granted_ttl;
-	int64		lease;
+	volatile int64 lease = 0;
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz started = GetCurrentTimestamp();
 	bool		got = false;
 
 	check_lock_args(name, ttl);
-	lease = etcd_lease_grant(ttl, &granted_ttl);
 
 	PG_TRY();
 	{
 		char	   *key;
 
+		lease = etcd_lease_grant(ttl, &granted_ttl);
 		if (try_only)
 		{
 			key = lock_key(name, lease);
@@ -596,18 +655,28 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	{
 		MemoryContextSwitchTo(cxt);
 		HOLD_INTERRUPTS();
+		lockfence_metrics_etcd_acquire_failed();
 		etcd_http_abort_all();
-		if (etcd_session_owns(lease))
+		if (lease != 0 && etcd_session_owns(lease))
 			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
 		RESUME_INTERRUPTS();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	if (!got)
+	if (got)
+	{
+		long		secs;
+		int			usecs;
+
+		etcd_session_mark_acquired(res->lease);
+		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
+		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
+	}
+	else
 	{
 		/* taken: remove our key and lease (errors here are reported) */
-		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		(void) etcd_lease_revoke(res->lease, etcd_request_timeout_ms, false);
 	}
 	return got;
 }

@@ -22,11 +22,19 @@
 #include "utils/timestamp.h"
 
 #include "etcd.h"
+#include "metrics.h"
 
 /* Total time allowed for revoking leases at exit. */
 #define ETCD_EXIT_REVOKE_MS		1000
 
-static int64 *leases = NULL;
+/* A lease granted by this backend; acquired_at is 0 until its lock is held. */
+typedef struct TrackedLease
+{
+	int64		lease;
+	TimestampTz acquired_at;
+} TrackedLease;
+
+static TrackedLease *leases = NULL;
 static int	n_leases = 0;
 static int	max_leases = 0;
 static bool exit_hook_installed = false;
@@ -58,16 +66,32 @@ etcd_session_track(int64 lease)
 
 		if (leases == NULL)
 			leases = MemoryContextAlloc(TopMemoryContext,
-										sizeof(int64) * newmax);
+										sizeof(TrackedLease) * newmax);
 		else
-			leases = repalloc(leases, sizeof(int64) * newmax);
+			leases = repalloc(leases, sizeof(TrackedLease) * newmax);
 		max_leases = newmax;
 	}
-	leases[n_leases++] = lease;
+	leases[n_leases].lease = lease;
+	leases[n_leases].acquired_at = 0;
+	n_leases++;
 }
 
 /*
- * Forget a lease (it was revoked, or found gone).
+ * Record that the lock of a tracked lease is now held (for the metrics).
+ */
+void
+etcd_session_mark_acquired(int64 lease)
+{
+	int			i;
+
+	for (i = 0; i < n_leases; i++)
+		if (leases[i].lease == lease)
+			leases[i].acquired_at = GetCurrentTimestamp();
+}
+
+/*
+ * Forget a lease (it was revoked, or found gone).  If its lock was held,
+ * that lock has ended now.
  */
 void
 etcd_session_untrack(int64 lease)
@@ -76,8 +100,17 @@ etcd_session_untrack(int64 lease)
 
 	for (i = 0; i < n_leases; i++)
 	{
-		if (leases[i] == lease)
+		if (leases[i].lease == lease)
 		{
+			if (leases[i].acquired_at != 0)
+			{
+				long		secs;
+				int			usecs;
+
+				TimestampDifference(leases[i].acquired_at,
+									GetCurrentTimestamp(), &secs, &usecs);
+				lockfence_metrics_etcd_released(secs + usecs / 1000000.0);
+			}
 			leases[i] = leases[--n_leases];
 			return;
 		}
@@ -93,7 +126,7 @@ etcd_session_owns(int64 lease)
 	int			i;
 
 	for (i = 0; i < n_leases; i++)
-		if (leases[i] == lease)
+		if (leases[i].lease == lease)
 			return true;
 	return false;
 }
@@ -122,7 +155,7 @@ etcd_session_exit(int code, Datum arg)
 		if (left <= 0)
 			break;
 		/* etcd_lease_revoke untracks the lease when it succeeds */
-		if (!etcd_lease_revoke(leases[n_leases - 1], left, true))
+		if (!etcd_lease_revoke(leases[n_leases - 1].lease, left, true))
 			n_leases--;
 	}
 	RESUME_INTERRUPTS();

@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 
 #include "lockfence.h"
+#include "metrics.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fence);
 PG_FUNCTION_INFO_V1(lockfence_try_fence);
@@ -104,15 +105,21 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 		cached_token == token &&
 		(cached_holder == NULL || holder == NULL ||
 		 strcmp(cached_holder, holder) == 0))
+	{
+		lockfence_metrics_fence_accepted();
 		return true;
+	}
 
 	fence_store_check(resource, token, holder, &outcome);
 	if (outcome.verdict == FENCE_ACCEPTED)
 	{
 		fence_cache_remember(resource, outcome.highest, outcome.highest_holder);
+		lockfence_metrics_fence_accepted();
 		return true;
 	}
 
+	/* counted and logged once, raised or not */
+	lockfence_metrics_fence_rejected(resource, token, holder, &outcome);
 	if (raise_error)
 		lockfence_report_rejection(resource, token, holder, &outcome);
 	return false;

@@ -48,6 +48,7 @@
 #include "utils/rel.h"
 
 #include "lockfence.h"
+#include "metrics.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fence_trigger);
 PG_FUNCTION_INFO_V1(lockfence_check_trigger);
@@ -291,6 +292,7 @@ static void
 fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
 							 const char *resource)
 {
+	lockfence_metrics_missing_token(RelationGetRelationName(rel), resource);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
 			 errmsg("write to protected table \"%s\" carries no fencing token",
@@ -306,8 +308,9 @@ fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
 /*
  * Fence one resource for a row write.  The token is the row's own when the
  * write sets one (token_column), else this transaction's for the resource.
+ * Returns true only when a token was accepted; every other path raises.
  */
-static void
+static bool
 fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 				  HeapTuple tuple, const char *resource, bool row_sets_token)
 {
@@ -331,13 +334,32 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 				if (!isnull)
 					holder = OutputFunctionCall(&config->holder_out, value);
 			}
-			lockfence_check(resource, token, holder, true);
-			return;
+			return lockfence_check(resource, token, holder, true);
 		}
 	}
 
-	if (!fence_cache_lookup(resource, &token, &holder))
-		fence_trigger_report_missing(config, trigdata->tg_relation, resource);
+	if (fence_cache_lookup(resource, &token, &holder))
+		return true;
+	fence_trigger_report_missing(config, trigdata->tg_relation, resource);
+	return false;
+}
+
+/*
+ * The trigger's last word before letting a write through: a write that no
+ * path above accepted is counted in proceeded_without_lock_total and
+ * refused.  Only a bug in this file can get here.
+ */
+static void
+fence_trigger_require_fenced(bool fenced, Relation rel)
+{
+	if (fenced)
+		return;
+	lockfence_metrics_proceeded_without_lock(RelationGetRelationName(rel));
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+			 errmsg("write to protected table \"%s\" was not fenced",
+					RelationGetRelationName(rel)),
+			 errdetail("The lockfence trigger found no accepted token for the write; this is a bug in lockfence.")));
 }
 
 /*
@@ -367,6 +389,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	HeapTuple	tuple;
 	char	   *resource;
+	bool		fenced;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -395,9 +418,11 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 							RelationGetRelationName(trigdata->tg_relation)),
 					 errdetail("Its rows belong to many resources, and TRUNCATE cannot be fenced for each of them."),
 					 errhint("Use DELETE, which is fenced row by row.")));
-		if (!fence_cache_lookup(config->resource, &token, &holder))
+		fenced = fence_cache_lookup(config->resource, &token, &holder);
+		if (!fenced)
 			fence_trigger_report_missing(config, trigdata->tg_relation,
 										 config->resource);
+		fence_trigger_require_fenced(fenced, trigdata->tg_relation);
 		return PointerGetDatum(NULL);
 	}
 
@@ -406,8 +431,8 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 
 	resource = fence_trigger_resource(config, tuple, tupdesc);
-	fence_trigger_row(config, trigdata, tuple, resource,
-					  fence_trigger_sets_token(config, trigdata));
+	fenced = fence_trigger_row(config, trigdata, tuple, resource,
+							   fence_trigger_sets_token(config, trigdata));
 
 	/* A row moving to another resource must be fenced for both. */
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && config->resource == NULL)
@@ -417,10 +442,12 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 														  tupdesc);
 
 		if (strcmp(old_resource, resource) != 0)
-			fence_trigger_row(config, trigdata, trigdata->tg_trigtuple,
-							  old_resource, false);
+			fenced = fence_trigger_row(config, trigdata,
+									   trigdata->tg_trigtuple,
+									   old_resource, false) && fenced;
 	}
 
+	fence_trigger_require_fenced(fenced, trigdata->tg_relation);
 	return PointerGetDatum(tuple);
 }
 

@@ -4,7 +4,9 @@
  *	  Module initialization of the lockfence extension.
  *
  * The fence itself needs no preloading: _PG_init only registers the
- * per-transaction cache callbacks and the configuration parameters.
+ * per-transaction cache callbacks and the configuration parameters.  The
+ * metrics (metrics.c) need shared memory, so they exist only when the
+ * library is in shared_preload_libraries.
  *
  * IDENTIFICATION
  *	  src/lockfence.c
@@ -17,6 +19,7 @@
 #include "utils/guc.h"
 
 #include "lockfence.h"
+#include "metrics.h"
 
 PG_MODULE_MAGIC;
 
@@ -29,6 +32,7 @@ void
 _PG_init(void)
 {
 	fence_cache_init();
+	lockfence_metrics_init();
 	lockfence_etcd_init();
 
 	MarkGUCPrefixReserved("lockfence");

@@ -18,7 +18,8 @@ my $etcd = LockfenceTest::Etcd->new();
 my $node = PostgreSQL::Test::Cluster->new('etcd_basic');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n"
+	  . "shared_preload_libraries = 'lockfence'\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 
@@ -138,6 +139,23 @@ ok($elapsed >= 0.3, "wait lasted at least wait_timeout ($elapsed s)");
 is_deeply([ $etcd->keys('wt/') ], [$wkey], 'timed-out waiter left no key');
 is_deeply([ sort $etcd->leases ], \@leases_before,
 	'timed-out waiter left no lease');
+
+# --- metrics: acquisitions and errors are counted ---------------------------
+
+sub metric
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT value FROM lockfence.metrics WHERE name = '$name'");
+}
+my $acq0 = metric('lock_acquire_total');
+my $err0 = metric('lock_acquire_error_total');
+run_sql("SELECT * FROM lockfence.etcd_try_lock('wt', 20)");    # busy: neither
+run_sql("SELECT * FROM lockfence.etcd_lock('wt', 20, '100 ms')");    # error
+run_sql("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('wt-other')"); # acquired
+is(metric('lock_acquire_total') - $acq0, 1, 'metrics: one acquisition counted');
+is(metric('lock_acquire_error_total') - $err0,
+	1, 'metrics: one failed acquisition counted, busy try_lock not');
 
 # --- lock_and_fence -------------------------------------------------------
 

@@ -48,11 +48,12 @@ my $h = verbose_session();
 my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('ka', 60)");
 chomp $hkey;
 my $w = verbose_session();
+$w->query_safe("SET log_min_messages = debug2");
 LockfenceTest::Etcd::send_query($w,
-	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 3);");
+	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 5);");
 ok(wait_for_keys('ka/', 2), 'short-TTL waiter queued');
 my $t0 = time;
-sleep 1 while time < $t0 + 6;    # twice the waiter's TTL
+sleep 1 while time < $t0 + 10;    # twice the waiter's TTL
 is(scalar($etcd->keys('ka/')), 2, 'waiter key survived twice its TTL');
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
 my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
@@ -149,6 +150,27 @@ like($err, qr/The lock key no longer exists/,
 unlike($out, qr/\d/, '... and no token');
 ok($elapsed < 15, "... promptly after the holder released ($elapsed s)");
 is_deeply([ $etcd->keys('lost2/') ], [], 'no key left under the name');
+
+# --- a waiter survives an etcd restart (re-queues with the same lease) ---------
+
+$hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('restart', 60)");
+chomp $hkey;
+my $htoken = $etcd->key_info($hkey)->{create_revision};
+$w->query_safe("SET lockfence.etcd_request_timeout = '60s'");
+$w->query_safe("SET log_min_messages = debug1");
+LockfenceTest::Etcd::send_query($w,
+	"SELECT key || '|' || token FROM lockfence.etcd_lock('restart', 10, '120 s');");
+ok(wait_for_keys('restart/', 2), 'waiter queued before the restart');
+$etcd->stop;
+$etcd->start;
+is(scalar($etcd->keys('restart/')), 2, 'both keys survived the restart');
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+($out, $err) = LockfenceTest::Etcd::wait_result($w, 60);
+($wkey, $wtoken) = split /\|/, $out;
+ok(defined $wtoken && $wtoken > $htoken,
+	'waiter acquired the lock after etcd restarted')
+  or diag("stdout: $out\nstderr: $err");
+$w->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
 
 $_->quit for ($h, $w, $a, $b);
 $node->stop;

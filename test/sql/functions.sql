@@ -1,0 +1,164 @@
+-- lockfence core: the fence functions and their error paths
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+-- the objects the extension creates
+SELECT n.nspname, c.relname, c.relkind
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'lockfence' ORDER BY c.relname;
+SELECT p.oid::regprocedure AS function, p.prosecdef
+  FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
+ ORDER BY p.proname;
+
+-- the extension is not relocatable and lives in its own schema
+ALTER EXTENSION lockfence SET SCHEMA public;
+
+-- a first token is accepted and recorded
+SELECT lockfence.current_token('orders');
+SELECT lockfence.fence('orders', 5);
+SELECT lockfence.current_token('orders');
+SELECT resource, token, holder, accepted_at <= now() AS accepted_in_past
+  FROM lockfence.fences;
+
+-- equal tokens are accepted again (one holder writes many times)
+SELECT lockfence.fence('orders', 5);
+-- higher tokens advance the fence
+SELECT lockfence.fence('orders', 7);
+SELECT lockfence.current_token('orders');
+-- lower tokens are rejected, with the extension's SQLSTATE
+SELECT lockfence.fence('orders', 6);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence('orders', 0);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.current_token('orders');
+
+-- try_fence answers false instead of raising
+SELECT lockfence.try_fence('orders', 6) AS stale,
+       lockfence.try_fence('orders', 7) AS equal,
+       lockfence.try_fence('orders', 8) AS higher;
+SELECT lockfence.current_token('orders');
+
+-- a rejected fence does not advance anything, and the error aborts
+BEGIN;
+SELECT lockfence.fence('orders', 100);
+SELECT lockfence.fence('orders', 1);
+COMMIT;
+SELECT lockfence.current_token('orders');
+
+-- rollback leaves no trace
+BEGIN;
+SELECT lockfence.fence('orders', 50);
+SELECT lockfence.fence('newres', 1);
+ROLLBACK;
+SELECT lockfence.current_token('orders'), lockfence.current_token('newres');
+
+-- savepoints: a fence in a rolled-back savepoint is undone
+BEGIN;
+SELECT lockfence.fence('orders', 9);
+SAVEPOINT s1;
+SELECT lockfence.fence('orders', 10);
+ROLLBACK TO SAVEPOINT s1;
+SELECT lockfence.current_token('orders');
+-- 9 is still this transaction's fence; 10 was rolled back
+SELECT lockfence.fence('orders', 9);
+SAVEPOINT s2;
+SELECT lockfence.fence('orders', 11);
+RELEASE SAVEPOINT s2;
+COMMIT;
+SELECT lockfence.current_token('orders');
+
+-- holders: an equal token from another holder is rejected
+SELECT lockfence.fence('jobs', 3, 'worker-a');
+SELECT lockfence.fence('jobs', 3, 'worker-a');
+SELECT lockfence.fence('jobs', 3);
+SELECT lockfence.fence('jobs', 3, 'worker-b');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.try_fence('jobs', 3, 'worker-b');
+-- a higher token replaces the holder
+SELECT lockfence.fence('jobs', 4, 'worker-b');
+SELECT lockfence.fence('jobs', 4, 'worker-a');
+SELECT resource, token, holder FROM lockfence.fences WHERE resource = 'jobs';
+-- an unknown holder on either side is accepted
+SELECT lockfence.fence('anon', 1);
+SELECT lockfence.fence('anon', 1, 'worker-c');
+SELECT holder FROM lockfence.fences WHERE resource = 'anon';
+
+-- the transaction cache honours the holder too
+BEGIN;
+SELECT lockfence.fence('jobs', 4, 'worker-b');
+SELECT lockfence.fence('jobs', 4, 'worker-a');
+ROLLBACK;
+
+-- input validation
+SELECT lockfence.fence(NULL, 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence('orders', NULL);
+SELECT lockfence.try_fence('orders', NULL);
+SELECT lockfence.fence('', 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence('orders', -1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence(repeat('x', 255), 1);
+SELECT lockfence.fence(repeat('x', 256), 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence(repeat('é', 128), 1);
+SELECT lockfence.fence('orders', 9223372036854775807) = 9223372036854775807 AS max_token;
+SELECT lockfence.current_token(NULL);
+SELECT lockfence.current_token('');
+SELECT lockfence.reset(NULL);
+
+-- reset is for operators
+SELECT lockfence.reset('orders');
+SELECT lockfence.reset('orders');
+SELECT lockfence.current_token('orders');
+SELECT lockfence.fence('orders', 1);
+-- a reset rolled back restores the fence, also in the transaction cache
+BEGIN;
+SELECT lockfence.fence('orders', 1);
+SAVEPOINT s;
+SELECT lockfence.reset('orders');
+ROLLBACK TO SAVEPOINT s;
+SELECT lockfence.current_token('orders');
+COMMIT;
+
+-- privileges: PUBLIC may fence and read, not write the table or reset
+CREATE ROLE lockfence_app;
+SET ROLE lockfence_app;
+SELECT lockfence.fence('app', 1);
+SELECT lockfence.current_token('app');
+SELECT count(*) > 0 AS can_read FROM lockfence.fences;
+INSERT INTO lockfence.fences VALUES ('app', 0, now(), NULL);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+UPDATE lockfence.fences SET token = 0;
+DELETE FROM lockfence.fences;
+SELECT lockfence.reset('app');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+RESET ROLE;
+SELECT lockfence.current_token('app');
+
+-- search_path cannot redirect the fence's own statements
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.texteq_always(text, text) RETURNS boolean
+    LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text,
+                        FUNCTION = evil.texteq_always);
+\c
+SET search_path = evil, public;
+SELECT lockfence.fence('app', 0);
+SELECT lockfence.current_token('orders');
+RESET search_path;
+DROP SCHEMA evil CASCADE;
+
+-- the fence table is dumped with the data
+SELECT c.relname, e.extcondition
+  FROM pg_extension e, unnest(e.extconfig) AS cfg(oid)
+  JOIN pg_class c ON c.oid = cfg.oid
+ WHERE e.extname = 'lockfence';
+
+DROP ROLE lockfence_app;
+
+-- dropping the extension removes everything, event trigger included
+DROP EXTENSION lockfence;
+SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'lockfence%';
+-- the schema CREATE EXTENSION made for the extension stays, empty
+SELECT count(*) FROM pg_class WHERE relnamespace = 'lockfence'::regnamespace;

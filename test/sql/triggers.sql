@@ -1,0 +1,213 @@
+-- lockfence.fence_trigger(): fail-closed fencing of protected tables
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+-- 1. a fixed resource, tokens from the transaction's fence
+CREATE TABLE ledger (id int PRIMARY KEY, amount int);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON ledger
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=ledger');
+CREATE TRIGGER fence_truncate BEFORE TRUNCATE ON ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger('resource=ledger');
+
+-- no token: every kind of write is rejected
+INSERT INTO ledger VALUES (1, 10);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+COPY ledger FROM stdin;
+1	10
+\.
+TRUNCATE ledger;
+SELECT count(*) FROM ledger;
+
+-- with the transaction's fence, writes proceed
+BEGIN;
+SELECT lockfence.fence('ledger', 3);
+INSERT INTO ledger VALUES (1, 10), (2, 20);
+COPY ledger FROM stdin;
+3	30
+\.
+UPDATE ledger SET amount = amount + 1 WHERE id = 1;
+DELETE FROM ledger WHERE id = 2;
+COMMIT;
+SELECT * FROM ledger ORDER BY id;
+
+-- each transaction must fence again
+UPDATE ledger SET amount = 0;
+DELETE FROM ledger;
+-- a stale token cannot be used to write
+BEGIN;
+SELECT lockfence.fence('ledger', 2);
+UPDATE ledger SET amount = 0;
+ROLLBACK;
+-- a fence rolled back with its savepoint no longer covers writes
+BEGIN;
+SAVEPOINT s;
+SELECT lockfence.fence('ledger', 3);
+ROLLBACK TO SAVEPOINT s;
+UPDATE ledger SET amount = 0;
+ROLLBACK;
+-- ... but a released one does
+BEGIN;
+SAVEPOINT s;
+SELECT lockfence.fence('ledger', 3);
+RELEASE SAVEPOINT s;
+UPDATE ledger SET amount = amount WHERE id = 1;
+ROLLBACK;
+-- TRUNCATE with the transaction's fence
+BEGIN;
+SELECT lockfence.fence('ledger', 4);
+TRUNCATE ledger;
+ROLLBACK;
+SELECT count(*) FROM ledger;
+-- a fence for another resource does not help
+BEGIN;
+SELECT lockfence.fence('other', 100);
+DELETE FROM ledger;
+ROLLBACK;
+
+-- 2. a resource per row, tokens from a column (what an ORM can do)
+CREATE TABLE accounts (
+    id int PRIMARY KEY,
+    tenant text,
+    balance int,
+    fence_token bigint,
+    fenced_by text
+);
+SELECT lockfence.protect('accounts', resource_column => 'tenant',
+                         resource_prefix => 'tenant:',
+                         token_column => 'fence_token',
+                         holder_column => 'fenced_by');
+SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger
+ WHERE tgrelid = 'accounts'::regclass ORDER BY tgname;
+
+INSERT INTO accounts VALUES (1, 'acme', 100, 10, 'w1');
+INSERT INTO accounts VALUES (2, 'acme', 100, 10, 'w1');
+INSERT INTO accounts VALUES (3, 'initech', 100, 1, NULL);
+SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
+-- the token column counts only when the write sets it
+UPDATE accounts SET balance = 0 WHERE id = 1;
+UPDATE accounts SET balance = 50, fence_token = 10, fenced_by = 'w1' WHERE id = 1;
+-- a stale token in the row is rejected
+UPDATE accounts SET balance = 0, fence_token = 9 WHERE id = 1;
+-- an equal token from another holder is rejected
+UPDATE accounts SET balance = 0, fence_token = 10, fenced_by = 'w2' WHERE id = 1;
+-- a newer holder takes over; the old one is locked out
+UPDATE accounts SET balance = 60, fence_token = 11, fenced_by = 'w2' WHERE tenant = 'acme';
+UPDATE accounts SET balance = 0, fence_token = 10, fenced_by = 'w1' WHERE id = 2;
+-- a NULL token in the row falls back to the transaction's fence
+INSERT INTO accounts VALUES (4, 'acme', 1, NULL, NULL);
+BEGIN;
+SELECT lockfence.fence('tenant:acme', 11);
+INSERT INTO accounts VALUES (4, 'acme', 1, NULL, NULL);
+DELETE FROM accounts WHERE id = 4;
+COMMIT;
+-- deletes need the transaction's fence
+DELETE FROM accounts WHERE id = 3;
+BEGIN;
+SELECT lockfence.fence('tenant:initech', 1);
+DELETE FROM accounts WHERE id = 3;
+COMMIT;
+-- moving a row to another resource needs both fences
+UPDATE accounts SET tenant = 'globex', fence_token = 1 WHERE id = 2;
+BEGIN;
+SELECT lockfence.fence('tenant:acme', 11, 'w2');
+UPDATE accounts SET tenant = 'globex', fence_token = 1 WHERE id = 2;
+COMMIT;
+-- a NULL resource is rejected
+UPDATE accounts SET tenant = NULL, fence_token = 1 WHERE id = 2;
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+-- TRUNCATE cannot be fenced per row resource
+TRUNCATE accounts;
+-- INSERT ... ON CONFLICT DO UPDATE goes through the same checks
+INSERT INTO accounts VALUES (1, 'acme', 70, 11, 'w2')
+    ON CONFLICT (id) DO UPDATE SET balance = excluded.balance;
+INSERT INTO accounts VALUES (1, 'acme', 70, 11, 'w2')
+    ON CONFLICT (id) DO UPDATE SET balance = excluded.balance,
+                                   fence_token = excluded.fence_token,
+                                   fenced_by = excluded.fenced_by;
+SELECT * FROM accounts ORDER BY id;
+SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
+
+-- a resource column of another type
+CREATE TABLE shards (shard int PRIMARY KEY, v text, fence_token bigint);
+SELECT lockfence.protect('shards', resource_column => 'shard',
+                         token_column => 'fence_token');
+INSERT INTO shards VALUES (7, 'x', 1);
+SELECT lockfence.current_token('7');
+
+-- a bulk write under one token
+BEGIN;
+SELECT lockfence.fence('ledger', 5);
+INSERT INTO ledger SELECT g, g FROM generate_series(10, 5009) g;
+UPDATE ledger SET amount = amount + 1;
+COMMIT;
+SELECT count(*), sum(amount) FROM ledger;
+
+-- 3. misuse is reported when the trigger is created
+CREATE TABLE misuse (id int, tok int, tok8 bigint);
+CREATE TRIGGER t AFTER INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OF tok OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW WHEN (true) EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger();
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource_column=id');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource=n');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resourse=m');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('m');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource_prefix=p');
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=nope');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'token_column=tok');
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'token_column=xmin');
+SELECT count(*) FROM pg_trigger WHERE tgrelid = 'misuse'::regclass;
+
+-- ... and, at the latest, at the first write after the table changed
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'token_column=tok8');
+ALTER TABLE misuse DROP COLUMN tok8;
+INSERT INTO misuse VALUES (1, 1);
+ALTER TABLE misuse ADD COLUMN tok8 int;
+INSERT INTO misuse VALUES (1, 1, 1);
+SELECT count(*) FROM misuse;
+
+-- a trigger created while the event trigger is away is checked at the first write
+ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE;
+CREATE TRIGGER late AFTER INSERT ON misuse
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m');
+ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE;
+DROP TRIGGER t ON misuse;
+INSERT INTO misuse VALUES (2, 2, 2);
+SELECT count(*) FROM misuse;
+
+-- the function refuses to run outside the trigger manager
+SELECT lockfence.fence_trigger();
+
+-- other triggers are left alone by the event trigger
+CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER noop AFTER INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION noop();
+
+-- the documented bypasses, for the record: they need table ownership or
+-- superuser, and they are visible in the catalog
+ALTER TABLE ledger DISABLE TRIGGER fence;
+DELETE FROM ledger WHERE id = 10;
+ALTER TABLE ledger ENABLE TRIGGER fence;
+DELETE FROM ledger WHERE id = 11;
