@@ -4,9 +4,10 @@
 Measures the full acquire+release cycle of an etcd lock under contention:
 N concurrent holders (default 8, one process each) loop on ONE lock name.
 
-  floor      a minimal client outside PostgreSQL: one kept-alive HTTP/1.1
-             connection per holder, the fewest etcd gateway requests the
-             lock protocol needs for a fenced cycle:
+  floor      a minimal client outside PostgreSQL (etcd_floor.c with
+             --floor-bin, else the Python client below): one kept-alive
+             HTTP/1.1 connection per holder, the fewest etcd gateway
+             requests the lock protocol needs for a fenced cycle:
                lease/grant -> lock/lock -> kv/range (token = create_revision
                of the lock key; etcd 3.4 needs this read, see
                shared notes) -> lease/revoke (deletes the key: releases)
@@ -21,12 +22,14 @@ hits both.  Each side's grants are checked for safety: sorted by token,
 no two holders' [acquired, released] intervals overlap (CLOCK_MONOTONIC
 is system-wide on Linux, so times from different processes compare).
 
-Prints p50/p99 per side and the ratios lockfence/floor.  /usr/bin/python3
+Prints p50/p99 per side, the etcd requests per cycle (from etcd's own
+grpc_server_started_total counters) and the ratios lockfence/floor.  /usr/bin/python3
 with Debian's python3-psycopg; standard library otherwise.
 """
 
 import argparse
 import base64
+import subprocess
 import http.client
 import json
 import multiprocessing as mp
@@ -122,12 +125,50 @@ def worker(side, args, start_at, stop_at, out):
         out.put((side, lat, grants, nreq, "%s: %s" % (type(e).__name__, e)))
 
 
+def etcd_requests(url):
+    """Requests etcd's gRPC server has started so far (the gateway's too)."""
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    total = 0
+    for line in text.splitlines():
+        if line.startswith("grpc_server_started_total{"):
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def run_round_c(args, seconds):
+    """Run the C floor (etcd_floor) with args.holders processes."""
+    start_at = time.monotonic() + 0.5
+    stop_at = start_at + seconds
+    p = subprocess.run([args.floor_bin, args.etcd, args.name, str(args.holders),
+                        "%.6f" % start_at, "%.6f" % stop_at, str(args.ttl)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=seconds + 120)
+    if p.returncode != 0:
+        raise SystemExit("floor round failed: %s" % p.stderr.decode()[:500])
+    lat, grants = [], []
+    for line in p.stdout.decode().splitlines():
+        tok, acq, rel, l = line.split()
+        lat.append(float(l))
+        grants.append((int(tok), float(acq), float(rel)))
+    return lat, grants
+
+
 def quote(s):
     return "'" + s.replace("'", "''") + "'"
 
 
 def run_round(side, args, seconds):
-    """Run args.holders concurrent holders of one side for some seconds."""
+    """Run args.holders concurrent holders of one side for some seconds.
+
+    Returns latencies, grants, and the etcd requests the round caused."""
+    before = etcd_requests(args.etcd)
+    if side == "floor" and args.floor_bin:
+        lat, grants = run_round_c(args, seconds)
+        return lat, grants, etcd_requests(args.etcd) - before
     out = mp.Queue()
     start_at = time.monotonic() + 1.0  # time for processes to connect
     stop_at = start_at + seconds
@@ -143,8 +184,7 @@ def run_round(side, args, seconds):
         raise SystemExit("%s round failed: %s" % (side, errors[0]))
     lat = [x for r in res for x in r[1]]
     grants = [g for r in res for g in r[2]]
-    nreq = sum(r[3] for r in res)
-    return lat, grants, nreq
+    return lat, grants, etcd_requests(args.etcd) - before
 
 
 def check_safety(side, grants):
@@ -175,6 +215,8 @@ def main():
     ap.add_argument("--ttl", type=int, default=30)
     ap.add_argument("--name", default="bench-cycle")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--floor-bin", help="the C floor client (etcd_floor); "
+                    "without it the floor is this script's Python client")
     ap.add_argument("--only", choices=("floor", "lockfence"),
                     help="measure one side only (no ratios)")
     args = ap.parse_args()
@@ -194,17 +236,19 @@ def main():
                              % (r + 1, side, len(lat), pct(sorted(lat), 50) * 1e3))
 
     summary = {"holders": args.holders, "seconds_per_round": args.seconds,
-               "rounds": args.rounds}
-    print("etcd lock/unlock cycle, %d holders on one lock name, %d x %.0f s per side"
-          % (args.holders, args.rounds, args.seconds))
+               "rounds": args.rounds,
+               "floor_client": "C libcurl" if args.floor_bin else "Python http.client"}
+    print("etcd lock/unlock cycle, %d holders on one lock name, %d x %.0f s per side;"
+          " floor: %s" % (args.holders, args.rounds, args.seconds, summary["floor_client"]))
     print("%-10s %8s %10s %10s %10s %12s" % ("side", "cycles", "p50 ms", "p99 ms",
                                              "cycles/s", "req/cycle"))
     total = args.rounds * args.seconds
     for side in sides:
         lat = sorted(res[side][0])
         n = len(lat)
-        rpc = (res[side][2] / n) if (side == "floor" and n) else None
+        rpc = (res[side][2] / n) if n else None
         summary[side] = {"cycles": n, "p50_ms": pct(lat, 50) * 1e3,
+                         "etcd_requests_per_cycle": rpc,
                          "p99_ms": pct(lat, 99) * 1e3, "cycles_per_s": n / total}
         print("%-10s %8d %10.3f %10.3f %10.1f %12s"
               % (side, n, summary[side]["p50_ms"], summary[side]["p99_ms"],

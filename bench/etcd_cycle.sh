@@ -6,7 +6,7 @@
 # private PostgreSQL (from $PG_CONFIG's bindir, where lockfence must be
 # installed) in a temporary folder on loopback, then runs etcd_cycle.py,
 # which measures lockfence from SQL against a minimal kept-alive HTTP client
-# side by side.  Everything started here is stopped on exit, whatever happens.
+# (bench/etcd_floor.c, built here with cc and libcurl) side by side.  Everything started here is stopped on exit, whatever happens.
 #
 # Usage: PG_CONFIG=/path/to/pg_config bench/etcd_cycle.sh [etcd_cycle.py options]
 #   e.g. bench/etcd_cycle.sh --holders 8 --seconds 5 --rounds 3
@@ -78,6 +78,9 @@ EOF
 "$BIN/pg_ctl" -D "$T/pg" -l "$T/pg.log" -w start >/dev/null
 "$BIN/psql" -X -q -h "$T" -p "$PGP" -U postgres -d postgres -c 'CREATE EXTENSION lockfence'
 
+# The floor: a minimal C client (libcurl, kept-alive connections).
+cc -O2 -Wall -o "$T/etcd_floor" "$HERE/etcd_floor.c" $(curl-config --libs)
+
 echo "etcd $(etcd --version | head -1 | awk '{print $3}'), PostgreSQL $("$BIN/postgres" --version | awk '{print $3}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 "$HERE/etcd_cycle.py" --etcd "http://127.0.0.1:$CP" \
+/usr/bin/python3 "$HERE/etcd_cycle.py" --etcd "http://127.0.0.1:$CP" --floor-bin "$T/etcd_floor" \
 	--dsn "host=$T port=$PGP user=postgres dbname=postgres" "$@"
