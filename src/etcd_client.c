@@ -169,7 +169,7 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("could not connect to etcd for %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
-					 errhint("Check lockfence.etcd_endpoints.")));
+					 errhint("Check lockfence.etcd_endpoints, and for https the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TIMED_OUT:
 			ereport(ERROR,

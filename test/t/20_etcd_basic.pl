@@ -196,6 +196,20 @@ ok($elapsed < 5, "released well before its 60 s TTL ($elapsed s)");
 ok(!(grep { $_ eq lease_hex($elease) } $etcd->leases),
 	'lease revoked at backend exit');
 
+# A terminated holder frees its lock at once too.
+my $s3 = LockfenceTest::Etcd::session($node);
+$row = $s3->query_safe(
+	"SELECT key || '|' || lease FROM lockfence.etcd_lock('termlk', 60)");
+chomp $row;
+my ($tkey2, $tlease2) = split /\|/, $row;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($s3->{pid})");
+ok( LockfenceTest::Etcd::poll_until(
+		5, sub { !defined $etcd->key_info($tkey2) }),
+	'lock released after pg_terminate_backend of its holder');
+ok(!(grep { $_ eq lease_hex($tlease2) } $etcd->leases),
+	'lease revoked after pg_terminate_backend of its holder');
+eval { $s3->quit };
+
 # --- permissions ----------------------------------------------------------
 
 $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');

@@ -265,6 +265,30 @@ foreach my $mode (sort keys %expect)
 	unlike($out, qr/\d/, "$mode reply: no token");
 }
 
+# No descriptor (socket, epoll set) or handle is left behind by failed
+# calls: the backend's open file count is the same after 30 more of them.
+{
+	my $s = LockfenceTest::Etcd::session($node);
+	my $fds = sub { my @f = glob("/proc/$s->{pid}/fd/*"); scalar @f };
+	my $fail = sub {
+		my ($mode, $sql) = @_;
+		set_mode($mode);
+		$s->query($sql);
+		$s->{stderr} = '';
+	};
+	my @modes = qw(garbage big close truncated unavailable denied nul);
+	$fail->($_, "SELECT * FROM lockfence.etcd_lock('hostile')") for @modes;
+	$fail->('slow', "SET statement_timeout = '150ms'; SELECT * FROM lockfence.etcd_lock('hostile'); RESET statement_timeout");
+	my $before = $fds->();
+	for my $i (1 .. 4)
+	{
+		$fail->($_, "SELECT * FROM lockfence.etcd_lock('hostile')") for @modes;
+		$fail->('slow', "SET statement_timeout = '150ms'; SELECT * FROM lockfence.etcd_lock('hostile'); RESET statement_timeout");
+	}
+	is($fds->(), $before, "no descriptors leaked by 32 failed calls ($before open)");
+	$s->quit;
+}
+
 # The server survived every reply.
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'server still running');
 
