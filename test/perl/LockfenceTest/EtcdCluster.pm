@@ -40,6 +40,7 @@ use strict;
 use warnings;
 
 use Carp;
+use File::Spec;
 use File::Temp ();
 use Test::More ();
 use IO::Socket::INET;
@@ -56,6 +57,11 @@ my %used_ports;
 
 # The process that loaded this module; forked children must not clean up.
 my $owner_pid = $$;
+
+# test/fault_http_server.py, found next to test/perl/ (absolute, in case a
+# test changes directory later).
+my $fault_script = File::Spec->rel2abs(__FILE__);
+$fault_script =~ s{perl/LockfenceTest/EtcdCluster\.pm$}{fault_http_server.py};
 
 our $ETCD = $ENV{ETCD_BIN} // '/usr/bin/etcd';
 our $ETCDCTL = $ENV{ETCDCTL_BIN} // '/usr/bin/etcdctl';
@@ -798,11 +804,7 @@ set(\%rule), clear(), hits() and stop(); it is killed in END too.
 sub start_fault_server
 {
 	my ($self, $upstream) = @_;
-	my $script = $ENV{LOCKFENCE_FAULT_SERVER};
-	unless ($script)
-	{
-		($script = $INC{'LockfenceTest/EtcdCluster.pm'}) =~ s{perl/LockfenceTest/EtcdCluster\.pm$}{fault_http_server.py};
-	}
+	my $script = $ENV{LOCKFENCE_FAULT_SERVER} // $fault_script;
 	croak "fault server script not found: $script" unless -f $script;
 	my $portfile = "$self->{dir}/fault." . free_port() . ".port";
 	my $log = "$portfile.log";
