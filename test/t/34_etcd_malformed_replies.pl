@@ -61,7 +61,7 @@ sub case
 	like($r->{sqlstate} // '', $c{sqlstate}, "$label: SQLSTATE") or diag explain $r;
 	like(($r->{message} // '') . ' ' . ($r->{detail} // ''), $c{text}, "$label: message/detail") or diag explain $r
 	  if $c{text};
-	cmp_ok($r->{secs}, '<', $c{max_secs} // ($timeout_s + 1.5), "$label: error in time")
+	cmp_ok($r->{secs}, '<', $c{max_secs} // ($timeout_s + 2), "$label: error in time")
 	  or diag explain $r;
 	is(LockfenceTest::EtcdCluster::sql_try($s, 'SELECT pg_backend_pid()')->{out},
 		$backend_pid, "$label: same session, same backend, still usable");
@@ -137,7 +137,7 @@ case(label => 'lock: oversized body', sql => $LOCK,
 	sqlstate => qr/^08P01$/, free_after => 1);
 case(label => 'lock: reply never ends, bounded by wait_timeout', sql => $LOCK,
 	rules => [ { path => '/v3/lock/lock', mode => 'slow', seconds => 30 } ],
-	sqlstate => qr/^(08|55P03)/, max_secs => 4 + 1.5, free_after => 1);
+	sqlstate => qr/^(08|55P03)/, max_secs => 4 + 2, free_after => 1);
 
 # --- the read-back of the lock key (token) ---------------------------------
 case(label => 'token: create_revision is an object', sql => $LOCK,
