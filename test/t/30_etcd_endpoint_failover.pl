@@ -100,7 +100,7 @@ full_cycle($s, 'fo3warm', 'before pausing');
 # Start waiting for fo3 (in the background), then pause the member the
 # waiter talks to, then release fo3.
 $s->{stderr} = '';
-$s->{stdin} .= "SELECT 'got ' || token FROM lockfence.etcd_lock('fo3', 10, '25s');\n";
+$s->{stdin} .= "SELECT 'got ' || token || ' ' || key FROM lockfence.etcd_lock('fo3', 10, '25s');\n";
 $s->{run}->pump_nb;
 usleep(700_000);
 $etcd->pause_member($followers[0]);
@@ -125,7 +125,19 @@ my $waited = time - $t_pause;
 note sprintf('waiter outcome after %.1f s: stdout=%s stderr=%s', $waited, $s->{stdout}, $s->{stderr});
 ok($got, 'waiter on a hung member gets the lock through another member');
 cmp_ok($waited, '<', 15, 'waiter on a hung member recovers well before wait_timeout');
+# When the hung member wakes up, it sees its lock request's client gone;
+# etcd's lock service then deletes the waiter's key.  If the waiter had
+# re-queued on another member under the same lease (same key), that would
+# silently take away the lock it now holds.
 $etcd->resume_member($followers[0]);
+if ($got)
+{
+	my ($wkey) = $s->{stdout} =~ /got \d+ (\S+)/;
+	$etcd->wait_healthy(30);
+	sleep 2;
+	like($etcd->etcdctl('get', '--keys-only', $wkey), qr/\Q$wkey\E/,
+		"the waiter's lock key survives the hung member waking up");
+}
 $s->{stdout} = '';
 $s->{stderr} = '';
 $s->query('SELECT 1');    # resynchronise the session
