@@ -58,6 +58,15 @@ my %used_ports;
 # The process that loaded this module; forked children must not clean up.
 my $owner_pid = $$;
 
+# A test interrupted by SIGINT/SIGTERM must still run END blocks, which
+# stop the members (they run in their own process group and would not get
+# the signal themselves).
+for my $sig (qw(INT TERM HUP))
+{
+	$SIG{$sig} = sub { die "lockfence test interrupted by SIG$sig\n"; }
+	  unless ref $SIG{$sig};
+}
+
 # test/fault_http_server.py, found next to test/perl/ (absolute, in case a
 # test changes directory later).
 my $fault_script = File::Spec->rel2abs(__FILE__);
@@ -97,8 +106,10 @@ sub new
 		owner_pid => $$,
 	};
 	croak "members must be 1..5" if $self->{members} < 1 || $self->{members} > 5;
-	$self->{tmp} = File::Temp->newdir("lf_etcd_XXXXXX", TMPDIR => 1, CLEANUP => 1);
-	$self->{dir} = $self->{tmp}->dirname;
+	# Removed by File::Temp's own END block, which runs after ours (END
+	# blocks run in reverse order of compilation), i.e. after the members
+	# are dead.
+	$self->{dir} = File::Temp::tempdir("lf_etcd_XXXXXX", TMPDIR => 1, CLEANUP => 1);
 	return bless $self, $class;
 }
 
