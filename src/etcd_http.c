@@ -72,7 +72,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static int	socket_cb(CURL *easy, curl_socket_t s, int what, void *userp,
 					  void *socketp);
 static int	timer_cb(CURLM *m, long timeout_ms, void *userp);
-static void collect_done(void);
+static int	collect_done(void);
 static void ensure_multi(void);
 static void free_req(EtcdHttpReq *req);
 
@@ -320,13 +320,15 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 }
 
 /*
- * Move finished transfers' results into their requests.
+ * Move finished transfers' results into their requests; returns how many
+ * finished.
  */
-static void
+static int
 collect_done(void)
 {
 	CURLMsg    *msg;
 	int			left;
+	int			ndone = 0;
 
 	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
 	{
@@ -341,7 +343,9 @@ collect_done(void)
 		req->result = msg->data.result;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE,
 						  &req->http_code);
+		ndone++;
 	}
+	return ndone;
 }
 
 /*
@@ -407,12 +411,18 @@ etcd_http_wait(long max_wait_ms)
 	if (multi == NULL)
 		return true;
 
-	/* First let libcurl start anything that is due. */
+	/*
+	 * First let libcurl start anything that is due.  On loopback this can
+	 * complete a whole exchange (connect, send, and read a reply that is
+	 * already there): then return at once, as no socket is left to wake the
+	 * wait below.
+	 */
 	if (curl_timer_ms == 0)
 	{
 		curl_timer_ms = -1;
 		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-		collect_done();
+		if (collect_done() > 0)
+			return true;
 	}
 
 	if (curl_timer_ms > 0)

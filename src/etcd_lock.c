@@ -282,18 +282,21 @@ start_lock_request(const char *name, int64 lease)
 }
 
 /*
- * Start a one-shot keepalive of the lease.
+ * Start a one-shot keepalive of the lease.  It may take at most one
+ * keepalive interval: a member that stalls longer is given up for the
+ * next endpoint, while the lease still has two intervals left.
  */
 static EtcdHttpReq *
-start_keepalive_request(int64 lease)
+start_keepalive_request(int64 lease, long interval_ms)
 {
 	char	   *url;
 	char	   *body;
+	long		timeout_ms = Min((long) etcd_request_timeout_ms, interval_ms);
 
 	url = psprintf("%s/v3/lease/keepalive", etcd_current_endpoint());
 	body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
-	return etcd_http_start(url, body, etcd_auth_token(false),
-						   etcd_request_timeout_ms, etcd_connect_timeout_ms);
+	return etcd_http_start(url, body, etcd_auth_token(false), timeout_ms,
+						   Min((long) etcd_connect_timeout_ms, timeout_ms));
 }
 
 /*
@@ -505,7 +508,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 		if (ka_req == NULL && now >= next_ka)
 		{
 			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", lease);
-			ka_req = start_keepalive_request(lease);
+			ka_req = start_keepalive_request(lease, ka_interval_ms);
 			next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
 		}
 

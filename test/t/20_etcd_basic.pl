@@ -82,6 +82,23 @@ like($err, qr/NOTICE:.*does not exist/, '... with a NOTICE');
 ($rc, $out, $err, $state) = run_sql("SELECT lockfence.etcd_keepalive($lease)");
 is($state, 'LF003', 'keepalive of a revoked lease raises LF003');
 
+# --- no call waits for nothing ----------------------------------------------
+# (a request that completes inside libcurl's first step must not leave the
+# backend waiting for the request timeout; healthy calls take milliseconds)
+
+my $slowest = 0;
+for my $i (1 .. 30)
+{
+	my $t = time;
+	$s1->query_safe(
+		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_try_lock('quick')");
+	my $d = time - $t;
+	$slowest = $d if $d > $slowest;
+}
+ok($slowest < 2.5,
+	sprintf('30 try_lock/unlock cycles, slowest %.3f s (request timeout 5 s)',
+		$slowest));
+
 # --- try-lock -------------------------------------------------------------
 
 $row = $s1->query_safe(

@@ -38,6 +38,7 @@ use warnings;
 
 use Carp;
 use File::Spec;
+use File::Temp ();
 use IPC::Run;
 use Time::HiRes qw(usleep time);
 use PostgreSQL::Test::Utils;
@@ -51,7 +52,8 @@ our @all_bg;
 
 =item LockfenceTest::Etcd->new(%opts)
 
-Start an etcd.  Options: C<name> (member name, default "lf"),
+Start an etcd.  Its data folder is on /dev/shm when available (set
+C<data_on_disk> to keep it in the test's temporary folder).  Options: C<name> (member name, default "lf"),
 C<extra_args> (array ref of extra etcd arguments), C<scheme> ("http" or
 "https", used in the endpoint URL), C<etcdctl_args> (array ref of
 extra etcdctl arguments, e.g. TLS or user options), C<start_timeout>
@@ -71,6 +73,20 @@ sub new
 	}, $class;
 
 	$self->{dir} = PostgreSQL::Test::Utils::tempdir('etcd');
+
+	# etcd's data (WAL with fsync) goes to tmpfs when there is one, so the
+	# tests do not depend on the disk latency of a shared machine.  They are
+	# about lockfence, not etcd's durability.
+	if (!$opts{data_on_disk} && -d '/dev/shm' && -w '/dev/shm')
+	{
+		$self->{data_dir} =
+		  File::Temp::tempdir('lockfence_etcd_XXXX', DIR => '/dev/shm',
+			CLEANUP => 1);
+	}
+	else
+	{
+		$self->{data_dir} = File::Spec->catdir($self->{dir}, 'data');
+	}
 	$self->{client_port} = PostgreSQL::Test::Cluster::get_free_port();
 	$self->{peer_port} = PostgreSQL::Test::Cluster::get_free_port();
 	$self->{log} = File::Spec->catfile($self->{dir}, 'etcd.log');
@@ -108,7 +124,7 @@ sub start
 	my @cmd = (
 		'etcd',
 		'--name' => $self->{name},
-		'--data-dir' => File::Spec->catdir($self->{dir}, 'data'),
+		'--data-dir' => $self->{data_dir},
 		'--listen-client-urls' => $self->endpoint,
 		'--advertise-client-urls' => $self->endpoint,
 		'--listen-peer-urls' => $peer,
