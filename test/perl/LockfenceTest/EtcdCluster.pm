@@ -20,8 +20,9 @@ LockfenceTest::EtcdCluster - start real etcd members for lockfence tests
 
 =head1 DESCRIPTION
 
-Starts one to three members of Debian's etcd-server (3.4) on 127.0.0.1 with
-free client and peer ports and data in a temporary folder, optionally
+Starts one to five members of Debian's etcd-server (3.4) on 127.0.0.1 with
+free client and peer ports and data in a temporary folder (on /dev/shm when
+available, unless LOCKFENCE_ETCD_DATA_ON_DISK is set), optionally
 serving clients over TLS with client-certificate checking (a CA, a server
 and a client certificate are made with openssl when the cluster starts),
 and optionally with authentication enabled (user root, plus a user with a
@@ -110,6 +111,14 @@ sub new
 	# blocks run in reverse order of compilation), i.e. after the members
 	# are dead.
 	$self->{dir} = File::Temp::tempdir("lf_etcd_XXXXXX", TMPDIR => 1, CLEANUP => 1);
+	# etcd's data on tmpfs when there is one: disk stalls on a shared CI
+	# machine can outlast the short lease TTLs the tests use.
+	$self->{data_root} = $self->{dir};
+	if (!$ENV{LOCKFENCE_ETCD_DATA_ON_DISK} && -d '/dev/shm' && -w '/dev/shm')
+	{
+		$self->{data_root} = File::Temp::tempdir("lf_etcd_data_XXXXXX",
+			DIR => '/dev/shm', CLEANUP => 1);
+	}
 	return bless $self, $class;
 }
 
@@ -283,7 +292,7 @@ sub start
 			peer_port => $pport,
 			client_url => $self->scheme . "://127.0.0.1:$cport",
 			peer_url => "http://127.0.0.1:$pport",
-			data_dir => "$self->{dir}/m$i.data",
+			data_dir => "$self->{data_root}/m$i.data",
 			log => "$self->{dir}/m$i.log",
 		};
 	}
