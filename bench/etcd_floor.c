@@ -157,7 +157,7 @@ b64(const char *in, char *out)
 static void
 holder(const char *name_b64, double start_at, double stop_at, int ttl)
 {
-	char		body[1024];
+	char		body[2048];
 	char		lease[64];
 	char		key[512];
 	char		rev[64];
