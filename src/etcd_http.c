@@ -364,8 +364,15 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
 	PG_TRY();
 	{
 		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH,
-						  PGINVALID_SOCKET, NULL, NULL);
+
+		/*
+		 * While exiting (revoking our leases), the caller's short deadline
+		 * bounds the wait, and the leases are worth revoking even if the
+		 * postmaster is gone.
+		 */
+		if (!exiting)
+			AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+							  NULL, NULL);
 		for (i = 0; i < nsocks; i++)
 		{
 			uint32		ev = 0;
@@ -394,8 +401,7 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
  * latch was set (the caller should CHECK_FOR_INTERRUPTS()).
  *
  * Errors are raised only here, outside libcurl.  Postmaster death ends the
- * process unless it is already exiting, in which case the wait just
- * returns.
+ * process, unless it is already exiting.
  */
 bool
 etcd_http_wait(long max_wait_ms)
@@ -448,12 +454,6 @@ etcd_http_wait(long max_wait_ms)
 		{
 			ResetLatch(MyLatch);
 			latch_set = true;
-		}
-		else if (ev->events & WL_POSTMASTER_DEATH)
-		{
-			/* only while exiting: give up on the network */
-			etcd_http_abort_all();
-			return false;
 		}
 		else if (ev->events & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
 		{

@@ -15,9 +15,7 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
 
 #include "lockfence.h"
@@ -87,54 +85,6 @@ lockfence_report_rejection(const char *resource, int64 token,
 }
 
 /*
- * fence_store_check() in an internal subtransaction that is rolled back when
- * the token is rejected.
- *
- * A check that had to wait for a concurrent advance locks the newest row
- * version before it re-checks it, and keeps that lock even when the
- * re-check rejects the token.  fence() raises then, and the abort releases
- * the lock; try_fence() returns false and its transaction goes on, so its
- * rejected check must not leave a lock behind that blocks the current
- * holder.  Accepted checks keep their locks: the subtransaction commits.
- */
-static void
-fence_store_check_in_subxact(const char *resource, int64 token,
-							 const char *holder, FenceOutcome *outcome)
-{
-	MemoryContext callercxt = CurrentMemoryContext;
-	ResourceOwner callerowner = CurrentResourceOwner;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(callercxt);
-
-	PG_TRY();
-	{
-		fence_store_check(resource, token, holder, outcome);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		/* Save the error before the rollback, then re-raise it outside. */
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(callercxt);
-		CurrentResourceOwner = callerowner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (outcome->verdict == FENCE_ACCEPTED)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(callercxt);
-	CurrentResourceOwner = callerowner;
-}
-
-/*
  * Check token (with an optional holder) for resource in the current
  * transaction.  On acceptance the fence is advanced if the token is higher
  * and the fence row stays locked until the transaction ends.  On rejection,
@@ -160,10 +110,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 		return true;
 	}
 
-	if (raise_error)
-		fence_store_check(resource, token, holder, &outcome);
-	else
-		fence_store_check_in_subxact(resource, token, holder, &outcome);
+	fence_store_check(resource, token, holder, &outcome);
 
 	if (outcome.verdict == FENCE_ACCEPTED)
 	{

@@ -14,10 +14,21 @@
  *
  *	- An equal token (the common case: one holder writing many times under
  *	  one lock) takes FOR SHARE, so such writers never block each other.
- *	- A higher token updates the row, which waits for every sharer and any
- *	  other advancer of the same resource, and then re-checks the newest
- *	  row version (ON CONFLICT DO UPDATE ... WHERE).
+ *	- A higher token takes FOR NO KEY UPDATE and advances the row, after
+ *	  every sharer of the old token and any other advancer have ended.
  *	- A lower token is rejected from a plain read and locks nothing.
+ *
+ * A statement that waits for another transaction's row lock locks the
+ * newest row version before re-checking its WHERE clause, and keeps that
+ * lock even when the re-check fails.  So the locking statements first run
+ * with SKIP LOCKED, which never waits; only when they skip does a check
+ * wait, in an internal subtransaction that is kept when the wait yields the
+ * lock the verdict needs and rolled back otherwise, and then look again.
+ * Rejected checks therefore never leave a lock behind (try_fence() may go
+ * on with its transaction), accepted ones hold exactly the lock they need,
+ * and waiting advancers keep their place in the row lock queue.  The
+ * uncontended path needs no subtransaction (which matters for bulk writes
+ * that fence many resources in one transaction).
  *
  * Under REPEATABLE READ and SERIALIZABLE, locking a row that a concurrent
  * transaction advanced after our snapshot raises a serialization failure;
@@ -31,6 +42,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -38,6 +50,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 
 #include "lockfence.h"
@@ -46,31 +59,55 @@
 typedef enum FenceStatement
 {
 	FENCE_SHARE_EQUAL,
+	FENCE_SHARE_EQUAL_WAIT,
 	FENCE_READ,
-	FENCE_ADVANCE,
+	FENCE_LOCK_LOWER,
+	FENCE_RAISE,
+	FENCE_RAISE_WAIT,
+	FENCE_INSERT,
 	FENCE_DELETE,
 	FENCE_NUM_STATEMENTS
 } FenceStatement;
 
+#define FENCE_SHARE_EQUAL_SQL \
+	"SELECT token, holder FROM lockfence.fences" \
+	" WHERE resource OPERATOR(pg_catalog.=) $1" \
+	" AND token OPERATOR(pg_catalog.=) $2" \
+	" AND (holder IS NULL OR $3 IS NULL OR holder OPERATOR(pg_catalog.=) $3)" \
+	" FOR SHARE"
+
+#define FENCE_RAISE_SQL \
+	"UPDATE lockfence.fences" \
+	" SET token = $2, accepted_at = pg_catalog.statement_timestamp()," \
+	" holder = $3" \
+	" WHERE resource OPERATOR(pg_catalog.=) $1" \
+	" AND token OPERATOR(pg_catalog.<) $2" \
+	" RETURNING token"
+
 static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
-	/* FENCE_SHARE_EQUAL: lock the row if it holds exactly this token */
-	"SELECT token, holder FROM lockfence.fences"
-	" WHERE resource OPERATOR(pg_catalog.=) $1"
-	" AND token OPERATOR(pg_catalog.=) $2"
-	" AND (holder IS NULL OR $3 IS NULL OR holder OPERATOR(pg_catalog.=) $3)"
-	" FOR SHARE",
+	/* FENCE_SHARE_EQUAL: share the row if it holds exactly this token */
+	FENCE_SHARE_EQUAL_SQL " SKIP LOCKED",
+	/* FENCE_SHARE_EQUAL_WAIT: the same, waiting for an advance in flight */
+	FENCE_SHARE_EQUAL_SQL,
 
 	/* FENCE_READ */
 	"SELECT token, holder FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
 
-	/* FENCE_ADVANCE: insert, or raise the recorded token */
-	"INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)"
+	/* FENCE_LOCK_LOWER: lock the row for an advance, if nobody holds it */
+	"SELECT token FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1"
+	" AND token OPERATOR(pg_catalog.<) $2"
+	" FOR NO KEY UPDATE SKIP LOCKED",
+	/* FENCE_RAISE: advance a row locked by FENCE_LOCK_LOWER */
+	FENCE_RAISE_SQL,
+	/* FENCE_RAISE_WAIT: advance, waiting for the row's lockers */
+	FENCE_RAISE_SQL,
+
+	/* FENCE_INSERT: the first token of a resource */
+	"INSERT INTO lockfence.fences (resource, token, accepted_at, holder)"
 	" VALUES ($1, $2, pg_catalog.statement_timestamp(), $3)"
-	" ON CONFLICT (resource) DO UPDATE"
-	" SET token = excluded.token, accepted_at = excluded.accepted_at,"
-	" holder = excluded.holder"
-	" WHERE f.token OPERATOR(pg_catalog.<) excluded.token"
+	" ON CONFLICT (resource) DO NOTHING"
 	" RETURNING token",
 
 	/* FENCE_DELETE */
@@ -219,6 +256,64 @@ fence_store_leave(FenceStoreState *state)
 }
 
 /*
+ * Run a statement that may wait for other transactions' row locks in an
+ * internal subtransaction.  Returns true, keeping the subtransaction's
+ * locks and changes, if the statement returned a row; otherwise rolls the
+ * subtransaction back, releasing whatever lock the wait left behind.
+ */
+static bool
+fence_execute_waiting(FenceStatement stmt, const char *resource, int64 token,
+					  const char *holder, FenceOutcome *outcome,
+					  MemoryContext callercxt)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		got_row = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+
+	PG_TRY();
+	{
+		got_row = fence_execute(stmt, resource, token, holder) == 1;
+		if (got_row && stmt == FENCE_SHARE_EQUAL_WAIT)
+			fence_fetch_row(outcome, callercxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		/* Save the error, leave the subtransaction, re-raise outside. */
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (got_row)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	return got_row;
+}
+
+static void
+fence_accept_advance(FenceOutcome *outcome, int64 token, const char *holder,
+					 MemoryContext callercxt)
+{
+	outcome->verdict = FENCE_ACCEPTED;
+	outcome->highest = token;
+	outcome->highest_holder = holder ?
+		MemoryContextStrdup(callercxt, holder) : NULL;
+}
+
+/*
  * Check token for resource against the fence table in the current
  * transaction, advancing the fence when the token is higher.  The verdict
  * and the fence as it stands afterwards are returned in *outcome.
@@ -230,49 +325,68 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
 
+	/* The common case, served without SPI when nothing stands in the way. */
+	if (fence_fastpath_share_equal(resource, token, holder, outcome))
+		return;
+
 	fence_store_enter(&state);
 
-	/* The common case: the token already recorded, by a compatible holder. */
-	if (fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
+	for (;;)
 	{
-		fence_fetch_row(outcome, callercxt);
-		outcome->verdict = FENCE_ACCEPTED;
-		fence_store_leave(&state);
-		return;
-	}
+		CHECK_FOR_INTERRUPTS();
 
-	/* Lower, or equal from another holder: reject, and lock nothing. */
-	if (fence_execute(FENCE_READ, resource, token, holder) == 1)
-	{
+		/* The common case: the token recorded, by a compatible holder. */
+		if (fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
+		{
+			fence_fetch_row(outcome, callercxt);
+			outcome->verdict = FENCE_ACCEPTED;
+			break;
+		}
+
+		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
+		{
+			/* A new resource; a concurrent first fence makes us look again. */
+			if (fence_execute(FENCE_INSERT, resource, token, holder) == 1)
+			{
+				fence_accept_advance(outcome, token, holder, callercxt);
+				break;
+			}
+			continue;
+		}
+
+		/* Lower, or equal from another holder: reject, lock nothing. */
 		fence_fetch_row(outcome, callercxt);
 		fence_judge(outcome, token, holder);
 		if (outcome->verdict != FENCE_ACCEPTED)
-		{
-			fence_store_leave(&state);
-			return;
-		}
-	}
+			break;
 
-	if (fence_execute(FENCE_ADVANCE, resource, token, holder) == 1)
-	{
-		outcome->verdict = FENCE_ACCEPTED;
-		outcome->highest = token;
-		outcome->highest_holder = holder ?
-			MemoryContextStrdup(callercxt, holder) : NULL;
-	}
-	else
-	{
-		/*
-		 * The row already holds this token or a higher one (recorded
-		 * concurrently, or between our statements).  ON CONFLICT has
-		 * locked the row for us, so this read sees its newest version and
-		 * the verdict holds until our transaction ends.
-		 */
-		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
-			elog(ERROR, "fence row for resource \"%s\" vanished while locked",
-				 resource);
-		fence_fetch_row(outcome, callercxt);
-		fence_judge(outcome, token, holder);
+		if (token == outcome->highest)
+		{
+			/* Equal, but the row is being advanced or reset: wait. */
+			if (fence_execute_waiting(FENCE_SHARE_EQUAL_WAIT, resource, token,
+									  holder, outcome, callercxt))
+			{
+				outcome->verdict = FENCE_ACCEPTED;
+				break;
+			}
+			continue;
+		}
+
+		/* Higher: lock the row if nobody holds it, else wait in line. */
+		if (fence_execute(FENCE_LOCK_LOWER, resource, token, holder) == 1)
+		{
+			if (fence_execute(FENCE_RAISE, resource, token, holder) != 1)
+				elog(ERROR, "fence row for resource \"%s\" changed while locked",
+					 resource);
+			fence_accept_advance(outcome, token, holder, callercxt);
+			break;
+		}
+		if (fence_execute_waiting(FENCE_RAISE_WAIT, resource, token, holder,
+								  outcome, callercxt))
+		{
+			fence_accept_advance(outcome, token, holder, callercxt);
+			break;
+		}
 	}
 
 	fence_store_leave(&state);

@@ -57,6 +57,11 @@ extern void fence_store_check(const char *resource, int64 token,
 extern bool fence_store_current(const char *resource, int64 *token);
 extern bool fence_store_delete(const char *resource);
 
+/* fence_fastpath.c: an equal, uncontended token without SPI */
+extern bool fence_fastpath_share_equal(const char *resource, int64 token,
+									   const char *holder,
+									   FenceOutcome *outcome);
+
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
 extern bool fence_cache_lookup(const char *resource, int64 *token,

@@ -19,7 +19,8 @@ my $etcd = LockfenceTest::Etcd->new();
 my $node = PostgreSQL::Test::Cluster->new('etcd_expiry');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
+	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n"
+	  . "restart_after_crash = on\n");
 $node->start;
 $node->safe_psql(
 	'postgres', q{
@@ -173,5 +174,22 @@ ok(defined $wtoken && $wtoken > $htoken,
 $w->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
 
 $_->quit for ($h, $w, $a, $b);
+
+# --- a crashed backend's lock is freed by its TTL ------------------------------
+
+my $c = verbose_session();
+my $ckey = $c->query_safe("SELECT key FROM lockfence.etcd_lock('crash', 4)");
+chomp $ckey;
+kill 'KILL', $c->{pid};
+eval { $c->quit };
+ok(defined $etcd->key_info($ckey),
+	'the key of a backend killed with SIGKILL is still there (no cleanup ran)');
+ok(LockfenceTest::Etcd::poll_until(30, sub { !defined $etcd->key_info($ckey) }),
+	'... and is freed by its TTL');
+$node->poll_query_until('postgres', 'SELECT 1', '1');
+my $crow = $node->safe_psql('postgres',
+	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('crash', 10, '10 s')");
+is($crow, 't', 'the lock can be taken again after the crash');
+
 $node->stop;
 done_testing();

@@ -37,6 +37,7 @@ use strict;
 use warnings;
 
 use Carp;
+use File::Path ();
 use File::Spec;
 use File::Temp ();
 use IPC::Run;
@@ -82,6 +83,7 @@ sub new
 		$self->{data_dir} =
 		  File::Temp::tempdir('lockfence_etcd_XXXX', DIR => '/dev/shm',
 			CLEANUP => 1);
+		$self->{remove_data_dir} = 1;
 	}
 	else
 	{
@@ -460,7 +462,11 @@ END
 	}
 	foreach my $etcd (@all_etcds)
 	{
-		$etcd->stop if $etcd;
+		next unless $etcd;
+		$etcd->stop;
+		# File::Temp does not always get to it (bail-outs); etcd is stopped
+		File::Path::rmtree($etcd->{data_dir})
+		  if $etcd->{remove_data_dir} && -d $etcd->{data_dir};
 	}
 	$? = $rc;
 }

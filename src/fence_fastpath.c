@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_fastpath.c
+ *	  The common fence check without SPI: an equal token, uncontended.
+ *
+ * Most checks that miss the transaction's cache present the token already
+ * recorded for the resource: a lock holder's first write in each of its
+ * transactions.  For those, planning and executing a SELECT ... FOR SHARE
+ * through SPI costs more than the check itself, so this file looks the row
+ * up through the primary key index and share-locks exactly the version it
+ * has judged, without waiting.
+ *
+ * It only ever answers "accepted".  Anything else (no row, another token
+ * or holder, a row updated since our snapshot, or a row locked by an
+ * advance or reset in flight) is left to the SPI path in fence_store.c,
+ * which handles waiting, advancing, rejection and serialization failures.
+ * Because the lock is taken on the very version that was checked and
+ * never waited for, the fast path cannot leave a stray lock behind.
+ *
+ * IDENTIFICATION
+ *	  src/fence_fastpath.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "nodes/lockoptions.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
+
+#include "lockfence.h"
+
+/* Attribute numbers of lockfence.fences, as created by sql/core.sql. */
+#define Anum_fences_resource	1
+#define Anum_fences_token		2
+#define Anum_fences_holder		4
+
+/*
+ * Share-lock the fence row of resource if it records exactly token, from
+ * a holder compatible with holder, and nobody holds a conflicting lock.
+ * Returns true, with the row locked until the transaction (or the current
+ * subtransaction) ends and *outcome filled, or false to fall back to SPI.
+ */
+bool
+fence_fastpath_share_equal(const char *resource, int64 token,
+						   const char *holder, FenceOutcome *outcome)
+{
+	Oid			nspid;
+	Oid			relid;
+	Oid			indexid;
+	Relation	rel;
+	Relation	index;
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	ScanKeyData key;
+	TupleTableSlot *slot;
+	bool		accepted = false;
+
+	nspid = get_namespace_oid("lockfence", true);
+	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
+	if (!OidIsValid(relid))
+		return false;			/* let the SPI path report it */
+
+	/* The lock SELECT ... FOR SHARE would take on the table. */
+	rel = table_open(relid, RowShareLock);
+	indexid = RelationGetPrimaryKeyIndex(rel);
+	if (!OidIsValid(indexid) ||
+		TupleDescAttr(RelationGetDescr(rel), Anum_fences_token - 1)->atttypid != INT8OID)
+	{
+		table_close(rel, RowShareLock);
+		return false;
+	}
+	index = index_open(indexid, AccessShareLock);
+
+	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(resource));
+	key.sk_collation = index->rd_indcollation[0];
+
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, index, snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d;
+		int64		recorded;
+		char	   *recorded_holder = NULL;
+
+		recorded = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
+		d = slot_getattr(slot, Anum_fences_holder, &isnull);
+		if (!isnull)
+			recorded_holder = TextDatumGetCString(d);
+
+		if (recorded == token &&
+			(recorded_holder == NULL || holder == NULL ||
+			 strcmp(recorded_holder, holder) == 0))
+		{
+			ItemPointerData tid = slot->tts_tid;
+			TM_FailureData tmfd;
+			TM_Result	result;
+
+			/*
+			 * Lock the version just judged, and only it: no waiting, and no
+			 * following an update chain to a version we have not judged.
+			 */
+			result = table_tuple_lock(rel, &tid, snapshot, slot,
+									  GetCurrentCommandId(true),
+									  LockTupleShare, LockWaitSkip, 0, &tmfd);
+			if (result == TM_Ok)
+			{
+				accepted = true;
+				outcome->verdict = FENCE_ACCEPTED;
+				outcome->highest = recorded;
+				outcome->highest_holder = recorded_holder;
+			}
+		}
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(rel, NoLock);	/* keep the table lock, like a statement */
+	return accepted;
+}

@@ -1,0 +1,173 @@
+# Copyright: the lockfence authors
+#
+# 02_dump_restore.pl
+#	  The fence survives pg_dump and restore.
+#
+# A database with fences and tables protected with lockfence.protect() is
+# dumped with pg_dump, and restored (1) with pg_restore into a new database
+# of the same cluster and (2) with psql from a plain dump into a new
+# cluster.  In both copies the fence rows are kept exactly (the table is
+# marked with pg_extension_config_dump), stale tokens and other holders'
+# tokens are still rejected, and the triggers still protect the tables.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $tempdir = PostgreSQL::Test::Utils::tempdir;
+
+my $source = PostgreSQL::Test::Cluster->new('source');
+$source->init;
+$source->start;
+
+$source->safe_psql('postgres', 'CREATE DATABASE src');
+$source->safe_psql(
+	'src', q{
+	CREATE EXTENSION lockfence;
+
+	CREATE TABLE items (id int PRIMARY KEY, val text, token bigint);
+	SELECT lockfence.protect('items', resource => 'shop', token_column => 'token');
+
+	CREATE TABLE accounts (name text PRIMARY KEY, balance int);
+	SELECT lockfence.protect('accounts', resource_column => 'name',
+							 resource_prefix => 'acct:');
+});
+$source->safe_psql('src', "INSERT INTO items VALUES (1, 'first', 10)");
+$source->safe_psql('src', "INSERT INTO items VALUES (2, 'second', 20)");
+$source->safe_psql('src',
+	"BEGIN; SELECT lockfence.fence('acct:alice', 3, 'h1'); INSERT INTO accounts VALUES ('alice', 100); COMMIT;"
+);
+$source->safe_psql('src',
+	"BEGIN; SELECT lockfence.fence('acct:bob', 4); INSERT INTO accounts VALUES ('bob', 50); COMMIT;"
+);
+$source->safe_psql('src', "SELECT lockfence.fence('standalone', 42, 'svc')");
+
+my $fences_query =
+  'SELECT resource, token, accepted_at, holder FROM lockfence.fences ORDER BY resource';
+my $data_query =
+  q{SELECT (SELECT string_agg(format('%s:%s:%s', id, val, token), ',' ORDER BY id) FROM items),
+		   (SELECT string_agg(format('%s:%s', name, balance), ',' ORDER BY name) FROM accounts)};
+my $triggers_query = q{
+	SELECT tgrelid::regclass, tgname, pg_get_triggerdef(oid)
+	  FROM pg_trigger
+	 WHERE tgfoid = 'lockfence.fence_trigger()'::regprocedure
+	 ORDER BY tgrelid::regclass::text, tgname};
+
+my $source_fences = $source->safe_psql('src', $fences_query);
+my $source_data = $source->safe_psql('src', $data_query);
+my $source_triggers = $source->safe_psql('src', $triggers_query);
+is( $source->safe_psql('src',
+		'SELECT string_agg(resource || \'=\' || token, \',\' ORDER BY resource) FROM lockfence.fences'),
+	'acct:alice=3,acct:bob=4,shop=20,standalone=42',
+	'source fences');
+is(scalar(split /\n/, $source_triggers),
+	4, 'source has the four protecting triggers');
+
+# Check a restored copy: same fences, same data, same triggers, and the
+# fence still works.
+sub check_copy
+{
+	my ($node, $db, $label) = @_;
+
+	my $sql_error = sub {
+		my ($sql) = @_;
+		my ($ret, $stdout, $stderr) =
+		  $node->psql($db, "\\set VERBOSITY verbose\n$sql");
+		isnt($ret, 0, "$label: fails: $sql");
+		return $stderr;
+	};
+
+	is($node->safe_psql($db, $fences_query),
+		$source_fences, "$label: fence rows are restored exactly");
+	is($node->safe_psql($db, $data_query),
+		$source_data, "$label: protected data is restored");
+	is($node->safe_psql($db, $triggers_query),
+		$source_triggers, "$label: the protecting triggers are restored");
+
+	like(
+		$sql_error->("SELECT lockfence.fence('shop', 19)"),
+		qr/ERROR:  LF001: stale fencing token for resource "shop"/,
+		"$label: a stale token is rejected");
+	like(
+		$sql_error->("SELECT lockfence.fence('acct:alice', 3, 'h2')"),
+		qr/ERROR:  LF001: fencing token for resource "acct:alice" belongs to another holder/,
+		"$label: another holder's equal token is rejected");
+	like(
+		$sql_error->("INSERT INTO items VALUES (3, 'stale', 19)"),
+		qr/ERROR:  LF001: stale fencing token for resource "shop"/,
+		"$label: the trigger rejects a row with a stale token");
+	like(
+		$sql_error->("UPDATE items SET val = 'no token' WHERE id = 1"),
+		qr/ERROR:  LF002: write to protected table "items" carries no fencing token/,
+		"$label: the trigger rejects a write without a token");
+	like(
+		$sql_error->("TRUNCATE items"),
+		qr/ERROR:  LF002: write to protected table "items" carries no fencing token/,
+		"$label: the truncate trigger rejects a truncate without a token");
+	like(
+		$sql_error->(
+			"BEGIN; SELECT lockfence.fence('acct:bob', 3); UPDATE accounts SET balance = 0 WHERE name = 'bob'; COMMIT;"
+		),
+		qr/ERROR:  LF001: stale fencing token for resource "acct:bob"/,
+		"$label: a stale token for a per-row resource is rejected");
+	like(
+		$sql_error->(
+			"BEGIN; SELECT lockfence.fence('acct:alice', 3, 'h1'); UPDATE accounts SET balance = 0; COMMIT;"
+		),
+		qr/ERROR:  LF002: write to protected table "accounts" carries no fencing token\n.*Resource "acct:bob" was not fenced/,
+		"$label: the per-row trigger still checks every row");
+
+	is( $node->safe_psql(
+			$db, q{
+		BEGIN;
+		INSERT INTO items VALUES (3, 'current', 20);
+		SELECT lockfence.fence('acct:alice', 3, 'h1');
+		UPDATE accounts SET balance = balance + 1 WHERE name = 'alice';
+		INSERT INTO items VALUES (4, 'newer', 21);
+		COMMIT;
+		SELECT lockfence.current_token('shop');
+	}),
+		"3\n21",
+		"$label: current and newer tokens are accepted");
+	like(
+		$sql_error->("SELECT lockfence.fence('shop', 20)"),
+		qr/ERROR:  LF001: stale fencing token for resource "shop"/,
+		"$label: the restored fence advances");
+	return;
+}
+
+# 1. Custom-format dump, pg_restore into a new database of the same cluster.
+my $custom = "$tempdir/src.dump";
+$source->command_ok([ 'pg_dump', '-Fc', '-f', $custom, 'src' ],
+	'pg_dump -Fc');
+$source->safe_psql('postgres', 'CREATE DATABASE dst');
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', 'dst', $custom ],
+	'pg_restore into a new database');
+check_copy($source, 'dst', 'pg_restore');
+
+# 2. Plain dump, restored with psql into a new cluster.
+my $plain = "$tempdir/src.sql";
+$source->command_ok([ 'pg_dump', '-f', $plain, 'src' ], 'pg_dump plain');
+like(slurp_file($plain), qr/COPY lockfence\.fences \(resource, token, accepted_at, holder\) FROM stdin;/,
+	'the plain dump contains the fence rows');
+
+my $target = PostgreSQL::Test::Cluster->new('target');
+$target->init;
+$target->start;
+$target->safe_psql('postgres', 'CREATE DATABASE dst');
+$target->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', 'dst', '-f', $plain ],
+	'plain dump restored into a new cluster');
+check_copy($target, 'dst', 'new cluster');
+
+# The source itself is unchanged by all this.
+is($source->safe_psql('src', $fences_query),
+	$source_fences, 'source fences unchanged');
+
+$target->stop;
+$source->stop;
+done_testing();

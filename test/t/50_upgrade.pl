@@ -1,0 +1,129 @@
+# Copyright: the lockfence authors
+#
+# 50_upgrade.pl
+#	  ALTER EXTENSION lockfence UPDATE from every released version.
+#
+# For each released version (listed below, and each must be installable),
+# a database created at that version, holding fences and a protected
+# table, is updated to the default version.  Afterwards:
+#   - its extension objects, their definitions, privileges, comments and
+#     the event trigger match a database where the default version was
+#     installed fresh;
+#   - the fences and the protected table's triggers are intact and work.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# Every version ever released, oldest first.  A new release adds its
+# predecessor here, and an upgrade script from it.
+my @released = ('1.0');
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'\n");
+$node->start;
+
+my $default = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'lockfence'");
+ok($default ne '', "default version is $default");
+for my $v (@released)
+{
+	isnt($v, $default, "released version $v is older than the default");
+}
+
+# Everything about the extension's objects that an upgrade must get right,
+# one line per fact, in a stable order.
+my $catalog_sql = q{
+WITH ext AS (SELECT oid FROM pg_extension WHERE extname = 'lockfence'),
+members AS (
+	SELECT d.classid, d.objid
+	  FROM pg_depend d, ext
+	 WHERE d.refclassid = 'pg_extension'::regclass
+	   AND d.refobjid = ext.oid AND d.deptype = 'e')
+SELECT 'member: ' || pg_describe_object(classid, objid, 0) FROM members
+UNION ALL
+SELECT 'function: ' || p.oid::regprocedure || ' ' || pg_get_functiondef(p.oid)
+       || ' acl=' || coalesce(p.proacl::text, 'default')
+       || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+  FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
+UNION ALL
+SELECT 'relation: ' || c.relname || ' kind=' || c.relkind::text
+       || ' acl=' || coalesce(c.relacl::text, 'default')
+       || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+       || CASE WHEN c.relkind = 'v' THEN ' def=' || pg_get_viewdef(c.oid) ELSE '' END
+  FROM pg_class c WHERE c.relnamespace = 'lockfence'::regnamespace
+UNION ALL
+SELECT 'column: ' || a.attrelid::regclass || '.' || a.attname || ' '
+       || format_type(a.atttypid, a.atttypmod) || ' notnull=' || a.attnotnull
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+ WHERE c.relnamespace = 'lockfence'::regnamespace
+   AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint: ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = 'lockfence'::regnamespace
+UNION ALL
+SELECT 'event trigger: ' || evtname || ' ' || evtevent || ' ' || evtfoid::regproc
+       || ' tags=' || coalesce(evttags::text, '') || ' enabled=' || evtenabled::text
+  FROM pg_event_trigger
+UNION ALL
+SELECT 'schema acl: ' || coalesce(nspacl::text, 'default')
+  FROM pg_namespace WHERE nspname = 'lockfence'
+UNION ALL
+SELECT 'config dump: ' || extconfig::regclass[]::text || ' ' || extcondition::text
+  FROM pg_extension WHERE extname = 'lockfence'
+ORDER BY 1
+};
+
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION lockfence');
+my $fresh = $node->safe_psql('fresh', $catalog_sql);
+like($fresh, qr/member: function lockfence\.fence\(text,bigint,text\)/,
+	'the catalog listing sees the extension');
+
+for my $v (@released)
+{
+	my $db = "from_" . ($v =~ s/\./_/gr);
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION lockfence VERSION '$v'");
+	is($node->safe_psql($db,
+		"SELECT extversion FROM pg_extension WHERE extname = 'lockfence'"),
+		$v, "installed version $v");
+
+	# Data and protection made at the old version.
+	$node->safe_psql($db, q{
+		SELECT lockfence.fence('orders', 41, 'worker-a');
+		CREATE TABLE orders (id int PRIMARY KEY, fence_token bigint);
+		SELECT lockfence.protect('orders', resource => 'orders',
+		                         token_column => 'fence_token');
+		INSERT INTO orders VALUES (1, 42);
+	});
+
+	$node->safe_psql($db, 'ALTER EXTENSION lockfence UPDATE');
+	is($node->safe_psql($db,
+		"SELECT extversion FROM pg_extension WHERE extname = 'lockfence'"),
+		$default, "$v updated to $default");
+
+	my $upgraded = $node->safe_psql($db, $catalog_sql);
+	is($upgraded, $fresh, "objects after updating from $v match a fresh install");
+
+	is($node->safe_psql($db,
+		"SELECT resource || '=' || token || '/' || coalesce(holder, '') FROM lockfence.fences"),
+		'orders=42/', "fences made at $v survive the update");
+	my ($ret, $out, $err) = $node->psql($db,
+		"UPDATE orders SET fence_token = 41 WHERE id = 1");
+	like($err, qr/stale fencing token/, "stale token still rejected after updating from $v");
+	($ret, $out, $err) = $node->psql($db, "DELETE FROM orders");
+	like($err, qr/carries no fencing token/, "protection still fails closed after updating from $v");
+	is($node->safe_psql($db, 'SELECT lockfence.fence(\'orders\', 43)'), '43',
+		"fence works after updating from $v");
+	like($node->safe_psql($db,
+		"SELECT value FROM lockfence.metrics WHERE name = 'fence_accepted_total'"),
+		qr/^\d+$/, "objects added after $v work");
+}
+
+$node->stop;
+done_testing();
