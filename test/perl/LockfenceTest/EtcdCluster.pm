@@ -41,6 +41,7 @@ use strict;
 use warnings;
 
 use Carp;
+use File::Path ();
 use File::Spec;
 use File::Temp ();
 use Test::More ();
@@ -52,6 +53,11 @@ use Time::HiRes qw(usleep time);
 
 # Every member started by any cluster object: pid => 1.  END kills them.
 my %live_pids;
+
+# etcd data folders on /dev/shm: removed in END even when a failed test
+# makes PostgreSQL::Test::Utils keep temporary folders (they hold about
+# 60 MB of preallocated WAL per member, in memory; logs stay in /tmp).
+my @shm_dirs;
 
 # Ports handed out in this process, so two clusters never share one.
 my %used_ports;
@@ -118,6 +124,7 @@ sub new
 	{
 		$self->{data_root} = File::Temp::tempdir("lf_etcd_data_XXXXXX",
 			DIR => '/dev/shm', CLEANUP => 1);
+		push @shm_dirs, $self->{data_root};
 	}
 	return bless $self, $class;
 }
@@ -698,7 +705,11 @@ sub DESTROY
 END
 {
 	my $rc = $?;
-	_kill_all(keys %live_pids) if %live_pids && $$ == $owner_pid;
+	if ($$ == $owner_pid)
+	{
+		_kill_all(keys %live_pids) if %live_pids;
+		File::Path::rmtree($_) for grep { -d } @shm_dirs;
+	}
 	$? = $rc;
 }
 
