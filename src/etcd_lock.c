@@ -319,14 +319,14 @@ start_keepalive_request(int64 lease, long interval_ms)
 }
 
 /* finish_keepalive's answers besides a TTL */
-#define KA_FAILED		(-1)	/* etcd answered with an error */
+#define KA_FAILED		(-1)	/* an error answer, or no connection */
 #define KA_NO_ANSWER	(-2)	/* the member did not answer in time */
 
 /*
  * Look at a finished keepalive.  Raises LF003 when etcd says the lease is
- * gone; returns the TTL left, KA_FAILED when etcd answered with another
- * error, or KA_NO_ANSWER when no answer came (the caller retries soon on
- * the next endpoint either way).
+ * gone; returns the TTL left, KA_NO_ANSWER when the member took the
+ * request but did not answer in time (it hangs), or KA_FAILED for any
+ * other failure (the caller retries soon on the next endpoint either way).
  */
 static int64
 finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
@@ -339,8 +339,10 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 
 	if (etcd_http_status(req) != ETCD_HTTP_DONE)
 	{
+		bool		hung = etcd_http_status(req) == ETCD_HTTP_TIMED_OUT;
+
 		etcd_next_endpoint();
-		return KA_NO_ANSWER;
+		return hung ? KA_NO_ANSWER : KA_FAILED;
 	}
 	resp = etcd_http_take_body(req, &len);
 	etcd_reply_context = "/v3/lease/keepalive";
@@ -563,10 +565,13 @@ wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 
 			/*
 			 * The member our lock request waits on did not answer a
-			 * keepalive within an interval: it is hung or gone, and would
-			 * not tell us when the lock is ours.  Queue again elsewhere.
+			 * keepalive within an interval: it hangs, and would not tell
+			 * us when the lock is ours.  Queue again elsewhere, if there
+			 * is an elsewhere.  (A member that refuses connections is
+			 * dead: the lock request fails too, and is sent again under
+			 * the same lease above, as a dead member deletes nothing.)
 			 */
-			if (left == KA_NO_ANSWER && lock_req != NULL &&
+			if (left == KA_NO_ANSWER && lock_req != NULL && n_endpoints > 1 &&
 				ka_ep != NULL && lock_ep != NULL && strcmp(ka_ep, lock_ep) == 0)
 			{
 				etcd_http_finish(lock_req);

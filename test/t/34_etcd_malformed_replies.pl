@@ -191,13 +191,17 @@ case(label => 'keepalive: invalid JSON',
 	sql => "SELECT lockfence.etcd_keepalive($mk_lease)",
 	rules => [ { path => '/v3/lease/keepalive', mode => 'invalid_json' } ],
 	sqlstate => qr/^08P01$/);
+# etcd_unlock of a lock this session holds only revokes its lease (the
+# key goes with it); another holder's key is deleted first: fault both.
 case(label => 'unlock: invalid JSON',
 	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
-	rules => [ { path => '/v3/kv/deleterange', mode => 'invalid_json' } ],
+	rules => [ map { { path => $_, mode => 'invalid_json' } }
+		('/v3/kv/deleterange', '/v3/lease/revoke') ],
 	sqlstate => qr/^08P01$/);
 case(label => 'unlock: reply never ends',
 	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
-	rules => [ { path => '/v3/kv/deleterange', mode => 'slow', seconds => 30 } ],
+	rules => [ map { { path => $_, mode => 'slow', seconds => 30 } }
+		('/v3/kv/deleterange', '/v3/lease/revoke') ],
 	sqlstate => qr/^08/);
 # The lease survived all that (the faults were only in replies).
 $r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($mk_lease) > 0");
