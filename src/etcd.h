@@ -49,6 +49,7 @@ typedef enum EtcdHttpStatus
 	ETCD_HTTP_RUNNING,			/* not finished yet */
 	ETCD_HTTP_DONE,				/* a complete HTTP reply arrived */
 	ETCD_HTTP_CONNECT_FAILED,	/* no connection could be made */
+	ETCD_HTTP_TLS_FAILED,		/* permanent TLS failure (certificates) */
 	ETCD_HTTP_TIMED_OUT,		/* the attempt's own timeout expired */
 	ETCD_HTTP_TOO_LARGE,		/* reply exceeded ETCD_MAX_REPLY_BYTES */
 	ETCD_HTTP_FAILED			/* any other transport failure */
@@ -84,7 +85,9 @@ extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
 extern void etcd_report_reply_error(const char *what, EtcdReply *reply)
 			pg_attribute_noreturn();
-extern bool etcd_transient_failure(long http_code, int grpc_code);
+extern bool etcd_transient_failure(long http_code, int grpc_code,
+								   const char *error_text);
+extern long etcd_attempt_timeout(long timeout_ms, int n_endpoints);
 extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 										const char *endpoint,
@@ -109,13 +112,16 @@ extern void etcd_malformed_reply(const char *what, const char *detail)
 /* etcd_session.c */
 extern void etcd_session_init(void);
 extern void etcd_session_track(int64 lease);
-extern void etcd_session_mark_acquired(int64 lease);
+extern void etcd_session_mark_acquired(int64 lease, const char *key);
 extern void etcd_session_untrack(int64 lease);
 extern bool etcd_session_owns(int64 lease);
+extern bool etcd_session_holds_key(int64 lease, const char *key);
 
 /* etcd_lock.c */
 extern int64 etcd_lease_grant(int ttl, int *granted_ttl);
 extern bool etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet);
+extern bool etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
+									bool *found);
 extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
 
 #endif							/* LOCKFENCE_ETCD_H */

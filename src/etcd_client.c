@@ -5,9 +5,13 @@
  *	  mapping of failures to SQLSTATEs.
  *
  * etcd_call() posts a JSON body to the current endpoint.  A connection
- * failure, a timed-out attempt, or etcd's "no leader" / "request timed
- * out" answers (HTTP 503, gRPC code 14) move on to the next endpoint and
- * retry, until the call's own timeout is spent.  When etcd authentication
+ * failure, a timed-out attempt, or an answer that only lasts as long as
+ * a leader election ("no leader", "request timed out", "leader changed":
+ * HTTP 503 / gRPC code 14, or HTTP 500 / code 2 with those messages) move
+ * on to the next endpoint and retry, until the call's own timeout is
+ * spent.  Each attempt gets a share of that timeout, so a hung member
+ * cannot use all of it when others are listed.  A TLS certificate failure
+ * is permanent: the call fails as soon as every endpoint refused once.  When etcd authentication
  * is configured, the token from /v3/auth/authenticate is cached and sent
  * raw in the Authorization header, and fetched again once when etcd says
  * it is no longer valid.  The password is only ever put in the body of
@@ -146,12 +150,55 @@ etcd_forget_auth_token(void)
 }
 
 /*
- * Is this answer one after which another endpoint should be tried?
+ * etcd's messages for failures that last only as long as a leader election
+ * or an overload.  etcd reports some of them as HTTP 500, gRPC code 2 (the
+ * lock service wraps every error that way), so the text is what tells them
+ * from permanent errors.
+ */
+static const char *const transient_texts[] = {
+	"etcdserver: request timed out",
+	"etcdserver: leader changed",
+	"etcdserver: no leader",
+	"etcdserver: too many requests",
+	"etcdserver: server stopped",
+	"etcdserver: timed out waiting for read index response",
+	NULL
+};
+
+/*
+ * Is this answer one after which another endpoint should be tried?  HTTP
+ * 503 / gRPC code 14, or one of etcd's election and overload messages
+ * whatever the code.
  */
 bool
-etcd_transient_failure(long http_code, int grpc_code)
+etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
 {
-	return http_code == 503 || grpc_code == GRPC_UNAVAILABLE;
+	int			i;
+
+	if (http_code == 503 || grpc_code == GRPC_UNAVAILABLE)
+		return true;
+	if (error_text == NULL)
+		return false;
+	for (i = 0; transient_texts[i] != NULL; i++)
+		if (strstr(error_text, transient_texts[i]) != NULL)
+			return true;
+	return false;
+}
+
+/*
+ * Time allowed for one attempt of a call of timeout_ms over n_endpoints
+ * endpoints: a fair share of the call's timeout, and at least 3 s when
+ * the timeout is long enough (a write can wait that long for a new
+ * leader), but never so long that a single hung member can use the
+ * whole timeout when there are other members to try: with several
+ * endpoints, at least two of them get an attempt.
+ */
+long
+etcd_attempt_timeout(long timeout_ms, int n_endpoints)
+{
+	if (n_endpoints <= 1)
+		return timeout_ms;
+	return Max(timeout_ms / n_endpoints, Min(timeout_ms / 2, 3000L));
 }
 
 /*
@@ -170,6 +217,14 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
 					 errhint("Check lockfence.etcd_endpoints, and for https the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
+			break;
+		case ETCD_HTTP_TLS_FAILED:
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not establish a TLS connection to etcd for %s", what),
+					 errdetail("Last endpoint tried: %s: %s", endpoint,
+							   detail ? detail : "no detail"),
+					 errhint("Check the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TIMED_OUT:
 			ereport(ERROR,
@@ -228,7 +283,8 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 			 reply->http_code == 403 ||
 			 (reply->error_text && strstr(reply->error_text, "permission denied")))
 		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
-	else if (etcd_transient_failure(reply->http_code, reply->grpc_code) ||
+	else if (etcd_transient_failure(reply->http_code, reply->grpc_code,
+									reply->error_text) ||
 			 reply->grpc_code == GRPC_DEADLINE_EXCEEDED)
 		code = ERRCODE_CONNECTION_FAILURE;
 	else
@@ -351,14 +407,14 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	char	   *last_err = NULL;
 	const char *last_endpoint = NULL;
 	int			failures = 0;
+	int			tls_failures = 0;
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
 	etcd_reply_context = path;
 	n = etcd_endpoint_count();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	/* give each endpoint a fair share, but enough for one election */
-	attempt_ms = Max(timeout_ms / n, Min(timeout_ms, 3000L));
+	attempt_ms = etcd_attempt_timeout(timeout_ms, n);
 
 	for (;;)
 	{
@@ -415,7 +471,8 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 				refreshed = true;
 				continue;
 			}
-			if (!etcd_transient_failure(reply->http_code, reply->grpc_code))
+			if (!etcd_transient_failure(reply->http_code, reply->grpc_code,
+										reply->error_text))
 				return false;
 
 			last_st = ETCD_HTTP_FAILED;
@@ -427,6 +484,16 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 			if (quiet)
 				return false;
 			etcd_report_transport_error(path, st, last_endpoint, NULL);
+		}
+		else if (st == ETCD_HTTP_TLS_FAILED && ++tls_failures >= n)
+		{
+			/* each endpoint failed certificate checks: give up at once */
+			if (quiet)
+			{
+				memset(reply, 0, sizeof(EtcdReply));
+				return false;
+			}
+			etcd_report_transport_error(path, st, last_endpoint, errtext);
 		}
 		else if (st != ETCD_HTTP_TIMED_OUT || last_err == NULL ||
 				 GetCurrentTimestamp() < deadline)

@@ -507,13 +507,16 @@ etcd_http_status(EtcdHttpReq *req)
 		case CURLE_COULDNT_RESOLVE_HOST:
 		case CURLE_COULDNT_RESOLVE_PROXY:
 		case CURLE_SSL_CONNECT_ERROR:
+			/* may be a reset during the handshake: worth another try */
+			return ETCD_HTTP_CONNECT_FAILED;
 		case CURLE_PEER_FAILED_VERIFICATION:
 		case CURLE_SSL_CERTPROBLEM:
 		case CURLE_SSL_CACERT_BADFILE:
 		case CURLE_SSL_CIPHER:
 		case CURLE_SSL_ISSUER_ERROR:
 		case CURLE_SSL_CRL_BADFILE:
-			return ETCD_HTTP_CONNECT_FAILED;
+			/* configuration or certificate problems: retrying cannot help */
+			return ETCD_HTTP_TLS_FAILED;
 		case CURLE_OPERATION_TIMEDOUT:
 			return ETCD_HTTP_TIMED_OUT;
 		case CURLE_FILESIZE_EXCEEDED:

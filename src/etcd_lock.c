@@ -119,11 +119,30 @@ etcd_lease_grant(int ttl, int *granted_ttl)
 bool
 etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet)
 {
+	bool		found;
+
+	return etcd_lease_revoke_found(lease, timeout_ms, quiet, &found);
+}
+
+/*
+ * etcd_lease_revoke, also telling in *found whether etcd still knew the
+ * lease (false: it had expired or was revoked already).
+ */
+bool
+etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
+						bool *found)
+{
 	EtcdReply	reply;
 	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
 
-	if (etcd_call("/v3/lease/revoke", body, timeout_ms, quiet, &reply) ||
-		reply.grpc_code == GRPC_NOT_FOUND || reply.http_code == 404)
+	*found = false;
+	if (etcd_call("/v3/lease/revoke", body, timeout_ms, quiet, &reply))
+	{
+		*found = true;
+		etcd_session_untrack(lease);
+		return true;
+	}
+	if (reply.grpc_code == GRPC_NOT_FOUND || reply.http_code == 404)
 	{
 		etcd_session_untrack(lease);
 		return true;
@@ -299,10 +318,15 @@ start_keepalive_request(int64 lease, long interval_ms)
 						   Min((long) etcd_connect_timeout_ms, timeout_ms));
 }
 
+/* finish_keepalive's answers besides a TTL */
+#define KA_FAILED		(-1)	/* an error answer, or no connection */
+#define KA_NO_ANSWER	(-2)	/* the member did not answer in time */
+
 /*
  * Look at a finished keepalive.  Raises LF003 when etcd says the lease is
- * gone; returns the TTL left, or -1 when the keepalive failed for another
- * reason (the caller retries soon).
+ * gone; returns the TTL left, KA_NO_ANSWER when the member took the
+ * request but did not answer in time (it hangs), or KA_FAILED for any
+ * other failure (the caller retries soon on the next endpoint either way).
  */
 static int64
 finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
@@ -315,8 +339,10 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 
 	if (etcd_http_status(req) != ETCD_HTTP_DONE)
 	{
+		bool		hung = etcd_http_status(req) == ETCD_HTTP_TIMED_OUT;
+
 		etcd_next_endpoint();
-		return -1;
+		return hung ? KA_NO_ANSWER : KA_FAILED;
 	}
 	resp = etcd_http_take_body(req, &len);
 	etcd_reply_context = "/v3/lease/keepalive";
@@ -331,7 +357,7 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 			report_lock_lost(name, key,
 							 "The lease of the lock key expired or was revoked while waiting.");
 		etcd_next_endpoint();
-		return -1;
+		return KA_FAILED;
 	}
 	if (!etcd_parse_reply(resp, len, &jb))
 		etcd_malformed_reply("a lease keepalive",
@@ -370,20 +396,49 @@ lock_retry_allowed(int *failures, TimestampTz *first_failure,
 }
 
 /*
- * Wait for the lock service to grant the lock to our lease, keeping the
- * lease alive every third of its TTL.  wait_ms < 0 waits forever.
- * Returns the key the lock service reports.
+ * Queue again under a new lease, after the member that has our lock
+ * request stopped answering.  The request cannot simply be sent again
+ * under the same lease: when a hung member wakes up, etcd's lock service
+ * there sees its client gone and deletes the waiter key it created, which
+ * is the same key, so it would silently take away a lock granted through
+ * another member meanwhile.  So the old lease is revoked (deleting the old
+ * key at once, so it blocks nobody) and a new one granted, at the price
+ * of the place in the queue.  Errors are raised as usual; the caller's
+ * cleanup then revokes *lease, and a lease that could not be revoked
+ * stays tracked for revocation at exit.  Returns the new key.
  */
 static char *
-wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
+requeue_new_lease(const char *name, volatile int64 *lease, int *ttl)
+{
+	int64		old = *lease;
+	int			granted;
+
+	(void) etcd_lease_revoke(old, etcd_request_timeout_ms, false);
+	*lease = etcd_lease_grant(*ttl, &granted);
+	*ttl = granted;
+	elog(DEBUG1, "etcd lock \"%s\": the member holding the lock request did not answer; queued again under lease " INT64_FORMAT " instead of " INT64_FORMAT,
+		 name, *lease, old);
+	return lock_key(name, *lease);
+}
+
+/*
+ * Wait for the lock service to grant the lock to our lease, keeping the
+ * lease alive every third of its TTL.  wait_ms < 0 waits forever.
+ * Returns the key the lock service reports.  *lease and *ttl are updated
+ * when the request had to be queued again under a new lease.
+ */
+static char *
+wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 {
 	EtcdHttpReq *lock_req = NULL;
 	EtcdHttpReq *ka_req = NULL;
+	const char *lock_ep = NULL;	/* endpoint of lock_req */
+	const char *ka_ep = NULL;	/* endpoint of ka_req */
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz deadline = 0;
 	TimestampTz next_ka;
-	long		ka_interval_ms = Max(200L, (long) ttl * 1000 / 3);
-	char	   *key = lock_key(name, lease);
+	long		ka_interval_ms = Max(200L, (long) *ttl * 1000 / 3);
+	char	   *key = lock_key(name, *lease);
 	int			failures = 0;	/* consecutive failed lock requests */
 	TimestampTz first_failure = 0;
 	TimestampTz retry_at = 0;	/* when to re-send the lock request */
@@ -405,7 +460,8 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 		now = GetCurrentTimestamp();
 		if (lock_req == NULL && now >= retry_at)
 		{
-			lock_req = start_lock_request(name, lease);
+			lock_ep = etcd_current_endpoint();
+			lock_req = start_lock_request(name, *lease);
 			if (lock_req == NULL)
 				ereport(ERROR,
 						(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -429,6 +485,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 				etcd_http_finish(lock_req);
 				lock_req = NULL;
 				if (st == ETCD_HTTP_TOO_LARGE ||
+					(st == ETCD_HTTP_TLS_FAILED && failures + 1 >= n_endpoints) ||
 					!lock_retry_allowed(&failures, &first_failure, &retry_at,
 										n_endpoints))
 					etcd_report_transport_error("a lock request", st, ep, err);
@@ -484,7 +541,8 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 						 reply.error_text ? reply.error_text : "no message");
 					etcd_forget_auth_token();
 				}
-				if ((etcd_transient_failure(code, reply.grpc_code) ||
+				if ((etcd_transient_failure(code, reply.grpc_code,
+											reply.error_text) ||
 					 etcd_reply_auth_invalid(&reply)) &&
 					lock_retry_allowed(&failures, &first_failure, &retry_at,
 									   n_endpoints))
@@ -500,15 +558,38 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 			int64		left = finish_keepalive(ka_req, name, key);
 
 			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " while waiting: TTL " INT64_FORMAT,
-				 lease, left);
+				 *lease, left);
 			etcd_http_finish(ka_req);
 			ka_req = NULL;
 			next_ka = TimestampTzPlusMilliseconds(now, left < 0 ? 200 : ka_interval_ms);
+
+			/*
+			 * The member our lock request waits on did not answer a
+			 * keepalive within an interval: it hangs, and would not tell
+			 * us when the lock is ours.  Queue again elsewhere, if there
+			 * is an elsewhere.  (A member that refuses connections is
+			 * dead: the lock request fails too, and is sent again under
+			 * the same lease above, as a dead member deletes nothing.)
+			 */
+			if (left == KA_NO_ANSWER && lock_req != NULL && n_endpoints > 1 &&
+				ka_ep != NULL && lock_ep != NULL && strcmp(ka_ep, lock_ep) == 0)
+			{
+				etcd_http_finish(lock_req);
+				lock_req = NULL;
+				key = requeue_new_lease(name, lease, ttl);
+				ka_interval_ms = Max(200L, (long) *ttl * 1000 / 3);
+				now = GetCurrentTimestamp();
+				next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
+				failures = 0;
+				retry_at = now;
+				continue;
+			}
 		}
 		if (ka_req == NULL && now >= next_ka)
 		{
-			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", lease);
-			ka_req = start_keepalive_request(lease, ka_interval_ms);
+			elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", *lease);
+			ka_ep = etcd_current_endpoint();
+			ka_req = start_keepalive_request(*lease, ka_interval_ms);
 			next_ka = TimestampTzPlusMilliseconds(now, ka_interval_ms);
 		}
 
@@ -552,7 +633,7 @@ wait_for_lock(const char *name, int64 lease, int ttl, long wait_ms)
 				lockfence_metrics_etcd_acquire_failed();
 				etcd_http_abort_all();
 				lock_req = ka_req = NULL;
-				(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+				(void) etcd_lease_revoke(*lease, ETCD_CLEANUP_MS, true);
 				RESUME_INTERRUPTS();
 			}
 			CHECK_FOR_INTERRUPTS();
@@ -648,7 +729,7 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 			create_lock_key(name, lease);
 		}
 		else
-			key = wait_for_lock(name, lease, granted_ttl, wait_ms);
+			key = wait_for_lock(name, &lease, &granted_ttl, wait_ms);
 
 		got = confirm_lock(name, key, lease, try_only, &res->token);
 		res->key = key;
@@ -672,7 +753,7 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		long		secs;
 		int			usecs;
 
-		etcd_session_mark_acquired(res->lease);
+		etcd_session_mark_acquired(res->lease, res->key);
 		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
 		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
 	}
@@ -806,6 +887,14 @@ lease_from_key(const char *key)
  *
  * Deletes the lock key and revokes its lease.  Returns false, with a
  * NOTICE, when the key was already gone.
+ *
+ * For a key this backend acquired, its lease was granted for that key
+ * alone, so revoking the lease deletes the key too: one request instead
+ * of two (a revoke of a lease etcd no longer knows means the key is gone
+ * already).  Other keys (another session's, an etcdctl holder's) are
+ * deleted first, and the lease they were attached to is revoked then.
+ * Both requests are idempotent, so etcd_call retries them on the other
+ * endpoints within lockfence.etcd_request_timeout.
  */
 Datum
 lockfence_etcd_unlock(PG_FUNCTION_ARGS)
@@ -822,6 +911,22 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("etcd lock key must not be empty")));
 
+	if (own_lease > 0 && etcd_session_holds_key(own_lease, key))
+	{
+		bool		found;
+
+		(void) etcd_lease_revoke_found(own_lease, etcd_request_timeout_ms,
+									   false, &found);
+		if (!found)
+		{
+			ereport(NOTICE,
+					(errmsg("etcd lock key \"%s\" does not exist", key),
+					 errdetail("The lock was lost when its lease expired.")));
+			PG_RETURN_BOOL(false);
+		}
+		PG_RETURN_BOOL(true);
+	}
+
 	body = psprintf("{\"key\":\"%s\",\"prev_kv\":true}",
 					etcd_b64_encode(key, strlen(key)));
 	if (!etcd_call("/v3/kv/deleterange", body, etcd_request_timeout_ms, false,
@@ -834,11 +939,13 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 													  "prev_kvs", 0),
 							   "lease", &kv_lease);
 
-	/* revoke the lease the key was attached to, and ours if it differs */
+	/*
+	 * Revoke the lease the key was attached to.  A lease of ours whose hex
+	 * merely appears in the key is left alone: it carries another key, a
+	 * lock this session still holds.
+	 */
 	if (kv_lease > 0)
 		(void) etcd_lease_revoke(kv_lease, etcd_request_timeout_ms, false);
-	if (own_lease > 0 && own_lease != kv_lease && etcd_session_owns(own_lease))
-		(void) etcd_lease_revoke(own_lease, etcd_request_timeout_ms, false);
 
 	if (deleted == 0)
 	{

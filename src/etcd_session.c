@@ -27,11 +27,15 @@
 /* Total time allowed for revoking leases at exit. */
 #define ETCD_EXIT_REVOKE_MS		1000
 
-/* A lease granted by this backend; acquired_at is 0 until its lock is held. */
+/*
+ * A lease granted by this backend; acquired_at is 0 and key NULL until its
+ * lock is held.
+ */
 typedef struct TrackedLease
 {
 	int64		lease;
 	TimestampTz acquired_at;
+	char	   *key;			/* lock key held under it, TopMemoryContext */
 } TrackedLease;
 
 static TrackedLease *leases = NULL;
@@ -73,20 +77,28 @@ etcd_session_track(int64 lease)
 	}
 	leases[n_leases].lease = lease;
 	leases[n_leases].acquired_at = 0;
+	leases[n_leases].key = NULL;
 	n_leases++;
 }
 
 /*
- * Record that the lock of a tracked lease is now held (for the metrics).
+ * Record that the lock key of a tracked lease is now held (for the metrics,
+ * and so that etcd_unlock knows the lease is that key's alone).
  */
 void
-etcd_session_mark_acquired(int64 lease)
+etcd_session_mark_acquired(int64 lease, const char *key)
 {
 	int			i;
 
 	for (i = 0; i < n_leases; i++)
+	{
 		if (leases[i].lease == lease)
+		{
 			leases[i].acquired_at = GetCurrentTimestamp();
+			if (leases[i].key == NULL)
+				leases[i].key = MemoryContextStrdup(TopMemoryContext, key);
+		}
+	}
 }
 
 /*
@@ -111,6 +123,8 @@ etcd_session_untrack(int64 lease)
 									GetCurrentTimestamp(), &secs, &usecs);
 				lockfence_metrics_etcd_released(secs + usecs / 1000000.0);
 			}
+			if (leases[i].key)
+				pfree(leases[i].key);
 			leases[i] = leases[--n_leases];
 			return;
 		}
@@ -128,6 +142,22 @@ etcd_session_owns(int64 lease)
 	for (i = 0; i < n_leases; i++)
 		if (leases[i].lease == lease)
 			return true;
+	return false;
+}
+
+/*
+ * Is key the lock key this backend acquired under lease, and the lease
+ * not revoked yet?  Such a lease carries that key alone, so revoking it
+ * releases the lock.
+ */
+bool
+etcd_session_holds_key(int64 lease, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < n_leases; i++)
+		if (leases[i].lease == lease)
+			return leases[i].key != NULL && strcmp(leases[i].key, key) == 0;
 	return false;
 }
 

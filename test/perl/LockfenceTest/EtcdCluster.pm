@@ -1,0 +1,925 @@
+
+=pod
+
+=head1 NAME
+
+LockfenceTest::EtcdCluster - start real etcd members for lockfence tests
+
+=head1 SYNOPSIS
+
+  use LockfenceTest::EtcdCluster;
+
+  my $etcd = LockfenceTest::EtcdCluster->new(members => 3, tls => 1, auth => 1);
+  $etcd->start;
+  my $urls = $etcd->endpoints;          # comma-separated client URLs
+  my $i = $etcd->leader_index;          # which member leads now
+  $etcd->kill_member($i);               # SIGKILL, as in a crash
+  $etcd->restart_member($i);
+  $etcd->etcdctl('put', 'k', 'v');      # as root when auth is on
+  $etcd->stop;                          # also done by END, even on failure
+
+=head1 DESCRIPTION
+
+Starts one to five members of Debian's etcd-server (3.4) on 127.0.0.1 with
+free client and peer ports and data in a temporary folder (on /dev/shm when
+available, unless LOCKFENCE_ETCD_DATA_ON_DISK is set), optionally
+serving clients over TLS with client-certificate checking (a CA, a server
+and a client certificate are made with openssl when the cluster starts),
+and optionally with authentication enabled (user root, plus a user with a
+read-write role on the whole keyspace).  start() returns once every member
+answers a health check.  Every member ever started is killed by an END
+block, whatever the outcome of the test.
+
+Peers always talk plain HTTP to each other on loopback; only the client
+side is TLS.  Nothing here mocks etcd.
+
+=cut
+
+package LockfenceTest::EtcdCluster;
+
+use strict;
+use warnings;
+
+use Carp;
+use File::Path ();
+use File::Spec;
+use File::Temp ();
+use Test::More ();
+use IO::Socket::INET;
+use IPC::Run ();
+use JSON::PP;
+use POSIX ();
+use Time::HiRes qw(usleep time);
+
+# Every member started by any cluster object: pid => 1.  END kills them.
+my %live_pids;
+
+# etcd data folders on /dev/shm: removed in END even when a failed test
+# makes PostgreSQL::Test::Utils keep temporary folders (they hold about
+# 60 MB of preallocated WAL per member, in memory; logs stay in /tmp).
+my @shm_dirs;
+
+# Ports handed out in this process, so two clusters never share one.
+my %used_ports;
+
+# The process that loaded this module; forked children must not clean up.
+my $owner_pid = $$;
+
+# A test interrupted by SIGINT/SIGTERM must still run END blocks, which
+# stop the members (they run in their own process group and would not get
+# the signal themselves).
+for my $sig (qw(INT TERM HUP))
+{
+	$SIG{$sig} = sub { die "lockfence test interrupted by SIG$sig\n"; }
+	  unless ref $SIG{$sig};
+}
+
+# test/fault_http_server.py, found next to test/perl/ (absolute, in case a
+# test changes directory later).
+my $fault_script = File::Spec->rel2abs(__FILE__);
+$fault_script =~ s{perl/LockfenceTest/EtcdCluster\.pm$}{fault_http_server.py};
+
+our $ETCD = $ENV{ETCD_BIN} // '/usr/bin/etcd';
+our $ETCDCTL = $ENV{ETCDCTL_BIN} // '/usr/bin/etcdctl';
+
+# Test credentials.  Deliberately recognisable, so tests can grep logs for them.
+our $ROOT_PASSWORD = 'root-Pw-5f2c9a';
+our $USER_NAME = 'lockuser';
+our $USER_PASSWORD = 'lockuser-Pw-8d41e7';
+
+=pod
+
+=head1 METHODS
+
+=over
+
+=item new(members => N, tls => 0|1, auth => 0|1, name => 'x')
+
+Describe a cluster; nothing runs until start().
+
+=cut
+
+sub new
+{
+	my ($class, %args) = @_;
+	my $self = {
+		members => $args{members} // 1,
+		tls => $args{tls} // 0,
+		auth => $args{auth} // 0,
+		name => $args{name} // 'lfetcd',
+		heartbeat_ms => $args{heartbeat_ms} // 100,
+		election_ms => $args{election_ms} // 1000,
+		member => [],
+		owner_pid => $$,
+	};
+	croak "members must be 1..5" if $self->{members} < 1 || $self->{members} > 5;
+	# Removed by File::Temp's own END block, which runs after ours (END
+	# blocks run in reverse order of compilation), i.e. after the members
+	# are dead.
+	$self->{dir} = File::Temp::tempdir("lf_etcd_XXXXXX", TMPDIR => 1, CLEANUP => 1);
+	# etcd's data on tmpfs when there is one: disk stalls on a shared CI
+	# machine can outlast the short lease TTLs the tests use.
+	$self->{data_root} = $self->{dir};
+	if (!$ENV{LOCKFENCE_ETCD_DATA_ON_DISK} && -d '/dev/shm' && -w '/dev/shm')
+	{
+		$self->{data_root} = File::Temp::tempdir("lf_etcd_data_XXXXXX",
+			DIR => '/dev/shm', CLEANUP => 1);
+		push @shm_dirs, $self->{data_root};
+	}
+	return bless $self, $class;
+}
+
+=pod
+
+=item free_port()
+
+A TCP port on 127.0.0.1 that nothing listens on right now (bind to port 0
+and let the kernel choose), not handed out before by this process.
+
+=cut
+
+sub free_port
+{
+	for (1 .. 50)
+	{
+		my $s = IO::Socket::INET->new(
+			LocalAddr => '127.0.0.1',
+			LocalPort => 0,
+			Proto => 'tcp',
+			Listen => 1,
+			ReuseAddr => 0) or croak "cannot bind: $!";
+		my $port = $s->sockport;
+		close $s;
+		next if $used_ports{$port}++;
+		return $port;
+	}
+	croak "no free port found";
+}
+
+=pod
+
+=item dir(), scheme(), endpoints(), endpoint_list()
+
+The temporary folder; "http" or "https"; the client URLs of all members as
+one comma-separated string, or as a list.
+
+=cut
+
+sub dir { return $_[0]->{dir}; }
+sub scheme { return $_[0]->{tls} ? 'https' : 'http'; }
+
+sub endpoint_list
+{
+	my ($self) = @_;
+	return map { $_->{client_url} } @{ $self->{member} };
+}
+
+sub endpoints
+{
+	my ($self) = @_;
+	return join(',', $self->endpoint_list);
+}
+
+=pod
+
+=item client_url(i), pid(i), is_running(i)
+
+=cut
+
+sub client_url { return $_[0]->{member}[ $_[1] ]{client_url}; }
+sub pid { return $_[0]->{member}[ $_[1] ]{pid}; }
+sub is_running { return defined $_[0]->{member}[ $_[1] ]{pid}; }
+
+=pod
+
+=item ca_file(), client_cert_file(), client_key_file(), server_cert_file(), server_key_file()
+
+Paths of the test PKI (only with tls => 1).
+
+=cut
+
+sub ca_file { return $_[0]->{dir} . '/pki/ca.crt'; }
+sub server_cert_file { return $_[0]->{dir} . '/pki/server.crt'; }
+sub server_key_file { return $_[0]->{dir} . '/pki/server.key'; }
+sub client_cert_file { return $_[0]->{dir} . '/pki/client.crt'; }
+sub client_key_file { return $_[0]->{dir} . '/pki/client.key'; }
+
+# Run a command without a shell; return (exit code, stdout and stderr).
+sub _capture
+{
+	my (@cmd) = @_;
+	my $out = '';
+	local $ENV{ETCDCTL_API} = 3;
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>&1');
+	return ($? >> 8, $out);
+}
+
+# Run a command, croak with its output on failure; return the output.
+sub _run
+{
+	my (@cmd) = @_;
+	my ($rc, $out) = _capture(@cmd);
+	croak "command failed (exit $rc): @cmd\n$out" if $rc != 0;
+	return $out;
+}
+
+=pod
+
+=item make_pki()
+
+Create a throw-away CA, a server certificate for 127.0.0.1/localhost
+(usable for server and client auth: etcd's own JSON gateway presents it
+when it calls the gRPC server) and a client certificate (no CN,
+see below).  EC keys, valid for two days.
+
+=cut
+
+sub make_pki
+{
+	my ($self) = @_;
+	my $p = "$self->{dir}/pki";
+	mkdir $p or croak "mkdir $p: $!";
+	my @ec = ('-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes');
+
+	_run('openssl', 'req', '-x509', @ec, '-keyout', "$p/ca.key",
+		'-out', "$p/ca.crt", '-days', '2', '-subj', '/CN=lockfence test CA',
+		'-addext', 'basicConstraints=critical,CA:TRUE',
+		'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+
+	my %ext = (
+		server => "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+		  . "extendedKeyUsage=serverAuth,clientAuth\n"
+		  . "keyUsage=critical,digitalSignature,keyEncipherment\n",
+		client => "extendedKeyUsage=clientAuth\n"
+		  . "keyUsage=critical,digitalSignature,keyEncipherment\n");
+	# The client certificate carries no CN: with auth enabled, etcd 3.4.23's
+	# JSON gateway rejects any client certificate that has one (HTTP 400,
+	# "CommonName of client sending a request against gateway will be
+	# ignored and not used as expected").
+	my %subj = (server => '/CN=lockfence-etcd-server', client => '/O=lockfence test client');
+	for my $who (qw(server client))
+	{
+		open my $fh, '>', "$p/$who.ext" or croak $!;
+		print $fh $ext{$who};
+		close $fh;
+		_run('openssl', 'req', @ec, '-keyout', "$p/$who.key",
+			'-out', "$p/$who.csr", '-subj', $subj{$who});
+		_run('openssl', 'x509', '-req', '-in', "$p/$who.csr",
+			'-CA', "$p/ca.crt", '-CAkey', "$p/ca.key", '-CAcreateserial',
+			'-out', "$p/$who.crt", '-days', '2', '-extfile', "$p/$who.ext");
+	}
+	chmod 0600, "$p/ca.key", "$p/server.key", "$p/client.key";
+	return;
+}
+
+=pod
+
+=item start()
+
+Allocate ports, make the PKI if needed, start every member, wait until all
+are healthy, then enable authentication if asked.  Dies (after killing
+what it started) when the cluster does not come up within 30 seconds.
+
+=cut
+
+sub start
+{
+	my ($self) = @_;
+	$self->make_pki if $self->{tls} && !-e $self->ca_file;
+
+	my @m;
+	for my $i (0 .. $self->{members} - 1)
+	{
+		my $cport = free_port();
+		my $pport = free_port();
+		push @m, {
+			index => $i,
+			name => "m$i",
+			client_port => $cport,
+			peer_port => $pport,
+			client_url => $self->scheme . "://127.0.0.1:$cport",
+			peer_url => "http://127.0.0.1:$pport",
+			data_dir => "$self->{data_root}/m$i.data",
+			log => "$self->{dir}/m$i.log",
+		};
+	}
+	$self->{member} = \@m;
+	$self->{initial_cluster} = join(',', map { "$_->{name}=$_->{peer_url}" } @m);
+
+	$self->_spawn($_, 'new') for 0 .. $#m;
+	$self->wait_healthy(30);
+	$self->_enable_auth if $self->{auth};
+	return $self;
+}
+
+# Fork and exec one member.  The child never returns into the test.
+sub _spawn
+{
+	my ($self, $i, $state) = @_;
+	my $m = $self->{member}[$i];
+	my @cmd = ($ETCD,
+		'--name', $m->{name},
+		'--data-dir', $m->{data_dir},
+		'--listen-client-urls', $m->{client_url},
+		'--advertise-client-urls', $m->{client_url},
+		'--listen-peer-urls', $m->{peer_url},
+		'--initial-advertise-peer-urls', $m->{peer_url},
+		'--initial-cluster', $self->{initial_cluster},
+		'--initial-cluster-state', $state,
+		'--initial-cluster-token', "$self->{name}-$$",
+		'--heartbeat-interval', $self->{heartbeat_ms},
+		'--election-timeout', $self->{election_ms},
+		'--logger', 'zap', '--log-outputs', 'stderr',
+		'--enable-pprof=false');
+	if ($self->{tls})
+	{
+		push @cmd,
+		  '--cert-file', $self->server_cert_file,
+		  '--key-file', $self->server_key_file,
+		  '--trusted-ca-file', $self->ca_file,
+		  '--client-cert-auth';
+	}
+
+	my $pid = fork;
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		# Own process group, so a ^C aimed at the test does not race END.
+		POSIX::setpgid(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>>', $m->{log};
+		open STDERR, '>&', \*STDOUT;
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+	$m->{pid} = $pid;
+	$live_pids{$pid} = 1;
+	return $pid;
+}
+
+=pod
+
+=item etcdctl(args...) / etcdctl_at(endpoints, args...)
+
+Run etcdctl (v3 API) against all members (or the given endpoint list), with
+the TLS files and the root credentials as configured.  Returns stdout;
+croaks on failure.  etcdctl_try returns (exit code, output) instead.
+
+=cut
+
+sub _etcdctl_cmd
+{
+	my ($self, $endpoints, @args) = @_;
+	my @cmd = ($ETCDCTL, "--endpoints=$endpoints", '--dial-timeout=2s',
+		'--command-timeout=5s');
+	if ($self->{tls})
+	{
+		push @cmd, '--cacert=' . $self->ca_file,
+		  '--cert=' . $self->client_cert_file,
+		  '--key=' . $self->client_key_file;
+	}
+	push @cmd, "--user=root:$ROOT_PASSWORD" if $self->{auth_on};
+	return (@cmd, @args);
+}
+
+sub etcdctl_try
+{
+	my ($self, @args) = @_;
+	return _capture($self->_etcdctl_cmd($self->_live_endpoints, @args));
+}
+
+sub etcdctl
+{
+	my ($self, @args) = @_;
+	my ($rc, $out) = $self->etcdctl_try(@args);
+	croak "etcdctl @args failed ($rc): $out" if $rc != 0;
+	return $out;
+}
+
+sub etcdctl_at
+{
+	my ($self, $endpoints, @args) = @_;
+	my ($rc, $out) = _capture($self->_etcdctl_cmd($endpoints, @args));
+	croak "etcdctl @args failed: $out" if $rc != 0;
+	return $out;
+}
+
+sub _live_endpoints
+{
+	my ($self) = @_;
+	return join(',', map { $_->{client_url} } grep { defined $_->{pid} } @{ $self->{member} });
+}
+
+=pod
+
+=item wait_healthy(seconds)
+
+Poll until every running member reports healthy (a quorum read through
+it succeeds).  Croaks at the deadline, with the tail of each member log.
+
+=cut
+
+sub wait_healthy
+{
+	my ($self, $secs) = @_;
+	my $deadline = time + ($secs // 30);
+	my $last = '';
+	while (time < $deadline)
+	{
+		my $all = 1;
+		for my $m (@{ $self->{member} })
+		{
+			next unless defined $m->{pid};
+			$self->_reap;
+			croak "etcd member $m->{name} exited during start:\n" . $self->log_tail($m->{index})
+			  unless defined $m->{pid};
+			my $rc;
+			($rc, $last) = _capture($self->_etcdctl_cmd($m->{client_url}, 'endpoint', 'health'));
+			if ($rc != 0 || $last !~ /is healthy/)
+			{
+				$all = 0;
+				last;
+			}
+		}
+		return 1 if $all;
+		usleep(200_000);
+	}
+	my $logs = join('', map { $self->log_tail($_) } 0 .. $#{ $self->{member} });
+	croak "etcd cluster not healthy after ${secs}s: $last\n$logs";
+}
+
+=pod
+
+=item log_tail(i, lines)
+
+The last lines of member i's log, for diagnostics.
+
+=cut
+
+sub log_tail
+{
+	my ($self, $i, $n) = @_;
+	$n //= 15;
+	my $log = $self->{member}[$i]{log};
+	return '' unless -e $log;
+	open my $fh, '<', $log or return '';
+	my @l = <$fh>;
+	close $fh;
+	@l = @l[ -$n .. -1 ] if @l > $n;
+	return "--- $log\n" . join('', @l);
+}
+
+# Turn on authentication: root, a read-write role on every key, a user.
+sub _enable_auth
+{
+	my ($self) = @_;
+	$self->etcdctl('user', 'add', 'root', "--new-user-password=$ROOT_PASSWORD", '--interactive=false');
+	$self->etcdctl('role', 'add', 'lockrole');
+	# Every key: from the smallest non-empty key up.
+	$self->etcdctl('role', 'grant-permission', 'lockrole', 'readwrite', "\x01", '--from-key');
+	$self->etcdctl('user', 'add', $USER_NAME, "--new-user-password=$USER_PASSWORD", '--interactive=false');
+	$self->etcdctl('user', 'grant-role', $USER_NAME, 'lockrole');
+	$self->etcdctl('auth', 'enable');
+	$self->{auth_on} = 1;
+	return;
+}
+
+=pod
+
+=item auth_disable() / auth_enable()
+
+Switch authentication off and on again (as root).  Enabling bumps etcd's
+auth revision, which invalidates every token handed out before.
+
+=cut
+
+sub auth_disable
+{
+	my ($self) = @_;
+	$self->etcdctl('auth', 'disable');
+	$self->{auth_on} = 0;
+	return;
+}
+
+sub auth_enable
+{
+	my ($self) = @_;
+	$self->{auth_on} = 0;
+	$self->etcdctl('auth', 'enable');
+	$self->{auth_on} = 1;
+	return;
+}
+
+=pod
+
+=item status()
+
+Per running member: { index, member_id, leader, raft_term } from
+"etcdctl endpoint status".  Members that do not answer are left out.
+
+=cut
+
+sub status
+{
+	my ($self) = @_;
+	my @res;
+	for my $m (@{ $self->{member} })
+	{
+		next unless defined $m->{pid};
+		my ($rc, $out) = _capture($self->_etcdctl_cmd($m->{client_url},
+			'--command-timeout=1s', 'endpoint', 'status', '-w', 'json'));
+		next if $rc != 0;
+		my $j = eval { decode_json($out) } or next;
+		my $s = $j->[0]{Status} or next;
+		push @res, {
+			index => $m->{index},
+			member_id => $s->{header}{member_id},
+			leader => $s->{leader},
+			raft_term => $s->{raft_term},
+		};
+	}
+	return @res;
+}
+
+=pod
+
+=item leader_index(seconds)
+
+Index of the current leader, polling until the running members agree on
+one (default 10 s).  Croaks if none is agreed.
+
+=cut
+
+sub leader_index
+{
+	my ($self, $secs) = @_;
+	my $deadline = time + ($secs // 10);
+	while (time < $deadline)
+	{
+		my @st = $self->status;
+		my %lead = map { ($_->{leader} // 0) => 1 } @st;
+		if (@st && keys %lead == 1)
+		{
+			my ($lid) = keys %lead;
+			for (@st)
+			{
+				return $_->{index} if $_->{member_id} == $lid && $lid != 0;
+			}
+		}
+		usleep(100_000);
+	}
+	croak "no agreed etcd leader within deadline";
+}
+
+=pod
+
+=item kill_member(i, signal)
+
+Send signal (default KILL) to member i and wait for it to die.
+
+=cut
+
+sub kill_member
+{
+	my ($self, $i, $sig) = @_;
+	my $m = $self->{member}[$i];
+	return unless defined $m->{pid};
+	kill($sig // 'KILL', $m->{pid});
+	waitpid($m->{pid}, 0);
+	delete $live_pids{ $m->{pid} };
+	$m->{pid} = undef;
+	return;
+}
+
+=pod
+
+=item pause_member(i) / resume_member(i)
+
+SIGSTOP / SIGCONT member i: it keeps its sockets (connections are
+accepted by the kernel) but answers nothing, like a hung or partitioned
+server.
+
+=cut
+
+sub pause_member
+{
+	my ($self, $i) = @_;
+	my $m = $self->{member}[$i];
+	kill('STOP', $m->{pid}) if defined $m->{pid};
+	return;
+}
+
+sub resume_member
+{
+	my ($self, $i) = @_;
+	my $m = $self->{member}[$i];
+	kill('CONT', $m->{pid}) if defined $m->{pid};
+	return;
+}
+
+=pod
+
+=item restart_member(i)
+
+Start member i again on the same ports and data folder and wait until the
+cluster is healthy.
+
+=cut
+
+sub restart_member
+{
+	my ($self, $i) = @_;
+	croak "member $i still running" if defined $self->{member}[$i]{pid};
+	$self->_spawn($i, 'existing');
+	$self->wait_healthy(30);
+	return;
+}
+
+# Notice members that exited on their own.
+sub _reap
+{
+	my ($self) = @_;
+	for my $m (@{ $self->{member} })
+	{
+		next unless defined $m->{pid};
+		my $r = waitpid($m->{pid}, POSIX::WNOHANG());
+		if ($r == $m->{pid})
+		{
+			delete $live_pids{ $m->{pid} };
+			$m->{pid} = undef;
+		}
+	}
+	return;
+}
+
+=pod
+
+=item stop()
+
+Kill every member (SIGTERM, then SIGKILL after 5 s).
+
+=cut
+
+sub stop
+{
+	my ($self) = @_;
+	my @pids = grep { defined } map { $_->{pid} } @{ $self->{member} };
+	_kill_all(@pids);
+	$_->{pid} = undef for @{ $self->{member} };
+	return;
+}
+
+sub _kill_all
+{
+	my (@pids) = @_;
+	return unless @pids;
+	kill 'TERM', @pids;
+	kill 'CONT', @pids;			# in case a test paused one
+	my $deadline = time + 5;
+	my %left = map { $_ => 1 } @pids;
+	while (%left && time < $deadline)
+	{
+		for my $p (keys %left)
+		{
+			my $r = waitpid($p, POSIX::WNOHANG());
+			delete $left{$p} if $r == $p || $r == -1;
+		}
+		usleep(50_000) if %left;
+	}
+	if (%left)
+	{
+		kill 'KILL', keys %left;
+		waitpid($_, 0) for keys %left;
+	}
+	delete $live_pids{$_} for @pids;
+	return;
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	# Only the process that started the members may stop them.
+	$self->stop if $self->{owner_pid} && $self->{owner_pid} == $$;
+}
+
+END
+{
+	my $rc = $?;
+	if ($$ == $owner_pid)
+	{
+		_kill_all(keys %live_pids) if %live_pids;
+		File::Path::rmtree($_) for grep { -d } @shm_dirs;
+	}
+	$? = $rc;
+}
+
+=pod
+
+=item pg_node(name, conf)
+
+A PostgreSQL::Test::Cluster node with lockfence created in database
+postgres; conf is appended to postgresql.conf before the start.
+
+=cut
+
+sub pg_node
+{
+	my ($name, $conf) = @_;
+	require PostgreSQL::Test::Cluster;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', $conf // '');
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+	return $node;
+}
+
+=pod
+
+=item session(node, user)
+
+A background psql session (errors do not stop it) with verbose error
+reports, so sql_try can read SQLSTATEs.
+
+=cut
+
+sub session
+{
+	my ($node, $user) = @_;
+	my $s = $node->background_psql('postgres',
+		on_error_stop => 0,
+		extra_params => [ defined $user ? ('-U', $user) : () ]);
+	$s->query_safe('\set VERBOSITY verbose');
+	return $s;
+}
+
+=pod
+
+=item sql_try(session, sql)
+
+Run one statement in a background session; returns a hash: ok (no error),
+out (stdout), sqlstate, message, detail, hint, stderr, secs (wall time).
+
+=cut
+
+sub sql_try
+{
+	my ($s, $sql) = @_;
+	my $t0 = time;
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	my %r = (out => $out, stderr => $err, secs => time - $t0, ok => 1);
+	Test::More::note(sprintf('sql_try: %.3f s: %s', $r{secs}, $sql));
+	if ($err =~ /(?:ERROR|FATAL|PANIC):\s+([0-9A-Z]{5}):\s+([^\n]*)/)
+	{
+		@r{qw(ok sqlstate message)} = (0, $1, $2);
+		$r{detail} = $1 if $err =~ /DETAIL:\s+([^\n]*)/;
+		$r{hint} = $1 if $err =~ /HINT:\s+([^\n]*)/;
+	}
+	elsif ($err =~ /(?:ERROR|FATAL|PANIC|server closed|connection to server)/)
+	{
+		@r{qw(ok sqlstate message)} = (0, '?????', $err);
+	}
+	return \%r;
+}
+
+=pod
+
+=item check_superuser_only(node, role, gucs...)
+
+Test::More checks that an ordinary role can neither read nor set each of
+the given settings, before or after the lockfence library is loaded in
+its session (a value set as a placeholder before the load must be
+discarded, with a warning), and does not see them in pg_settings.
+
+=cut
+
+sub check_superuser_only
+{
+	my ($node, $role, @gucs) = @_;
+	for my $guc (@gucs)
+	{
+		my $s = session($node, $role);
+		my $r = sql_try($s, "SET $guc = '/tmp/lockfence-not-allowed'");
+		$r = sql_try($s, "SELECT lockfence.current_token('superuser-only-check') IS NULL");
+		Test::More::is($r->{out}, 't', "$role: library loads");
+		Test::More::like($r->{stderr}, qr/permission denied to set parameter "\Q$guc\E"/,
+			"$role: $guc set before the library loaded is discarded with a warning");
+		$r = sql_try($s, "SHOW $guc");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot SHOW $guc");
+		$r = sql_try($s, "SELECT current_setting('$guc')");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot read $guc with current_setting()");
+		$r = sql_try($s, "SET $guc = '/tmp/lockfence-not-allowed'");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot SET $guc");
+		$r = sql_try($s, "SELECT set_config('$guc', 'x', false)");
+		Test::More::is($r->{sqlstate}, '42501', "$role cannot set_config() $guc");
+		$r = sql_try($s, "SELECT count(*) FROM pg_settings WHERE name = '$guc'");
+		Test::More::is($r->{out}, '0', "$guc is not listed in pg_settings for $role");
+		$s->quit;
+	}
+	return;
+}
+
+=pod
+
+=item start_fault_server(upstream_url)
+
+Start test/fault_http_server.py (with /usr/bin/python3) in front of the
+given plain-HTTP etcd URL.  Returns a LockfenceTest::FaultServer with url(),
+set(\%rule), clear(), hits() and stop(); it is killed in END too.
+
+=cut
+
+sub start_fault_server
+{
+	my ($self, $upstream) = @_;
+	my $script = $ENV{LOCKFENCE_FAULT_SERVER} // $fault_script;
+	croak "fault server script not found: $script" unless -f $script;
+	my $portfile = "$self->{dir}/fault." . free_port() . ".port";
+	my $log = "$portfile.log";
+	my $pid = fork;
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		POSIX::setpgid(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>>', $log;
+		open STDERR, '>&', \*STDOUT;
+		{ exec '/usr/bin/python3', $script, '--upstream', $upstream, '--port-file', $portfile; }
+		POSIX::_exit(127);
+	}
+	$live_pids{$pid} = 1;
+	my $deadline = time + 15;
+	while (!-s $portfile)
+	{
+		if (waitpid($pid, POSIX::WNOHANG()) == $pid || time > $deadline)
+		{
+			delete $live_pids{$pid};
+			kill 'KILL', $pid;
+			my $l = -e $log ? `cat $log` : '';
+			croak "fault server did not start: $l";
+		}
+		usleep(50_000);
+	}
+	open my $fh, '<', $portfile or croak $!;
+	my $port = <$fh>;
+	close $fh;
+	chomp $port;
+	return bless { pid => $pid, url => "http://127.0.0.1:$port", log => $log },
+	  'LockfenceTest::FaultServer';
+}
+
+=pod
+
+=back
+
+=cut
+
+package LockfenceTest::FaultServer;
+
+use strict;
+use warnings;
+use Carp;
+use HTTP::Tiny;
+use JSON::PP;
+
+sub url { return $_[0]->{url}; }
+
+sub _post
+{
+	my ($self, $path, $doc) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->post("$self->{url}$path",
+		{ content => encode_json($doc // {}), headers => { 'Content-Type' => 'application/json' } });
+	croak "fault server $path: $r->{status} $r->{content}" unless $r->{success};
+	return $r->{content};
+}
+
+# Add a fault rule (see fault_http_server.py).
+sub set { my ($self, %rule) = @_; return $self->_post('/_fault/set', \%rule); }
+
+# Remove all rules.
+sub clear { my ($self) = @_; return $self->_post('/_fault/clear', {}); }
+
+# Requests seen per path, plus "faults": faulty replies sent.
+sub hits
+{
+	my ($self) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->get("$self->{url}/_fault/hits");
+	croak "fault server hits: $r->{status}" unless $r->{success};
+	return decode_json($r->{content});
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'KILL', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $live_pids{ $self->{pid} };
+	$self->{pid} = undef;
+	return;
+}
+
+1;

@@ -1,0 +1,123 @@
+
+# 32_etcd_auth.pl
+#	  lockfence against a real etcd with authentication enabled: the right
+#	  credentials work; a wrong password, or none, gives a 28xxx error with
+#	  etcd's own text in errdetail; passwords never reach an error or the
+#	  server log; the cached token is fetched again after etcd invalidated
+#	  it (auth disable/enable, role revoked and granted again); the
+#	  credential settings are hidden from ordinary roles.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use LockfenceTest::EtcdCluster;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, auth => 1, name => 'auth');
+$etcd->start;
+
+my $user = $LockfenceTest::EtcdCluster::USER_NAME;
+my $pw = $LockfenceTest::EtcdCluster::USER_PASSWORD;
+my $wrong_pw = 'Wrong-Secret-31c7e0';
+
+my $node = LockfenceTest::EtcdCluster::pg_node('auth', <<EOF);
+lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'
+lockfence.etcd_request_timeout = '3s'
+lockfence.etcd_user = '$user'
+lockfence.etcd_password = '$pw'
+log_min_messages = debug1
+log_error_verbosity = verbose
+# PostgreSQL::Test::Cluster logs every statement; this test SETs a wrong
+# password in SQL, which PostgreSQL itself would then log.
+log_statement = none
+EOF
+
+my $s = LockfenceTest::EtcdCluster::session($node);
+my $all_errors = '';
+
+# Run SQL in the session, remember any error text for the password check.
+sub try_sql
+{
+	my ($sql) = @_;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s, $sql);
+	$all_errors .= $r->{stderr};
+	return $r;
+}
+
+sub cycle_ok
+{
+	my ($name, $label) = @_;
+	my $r = try_sql("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('$name', 5, '10s')");
+	is($r->{out}, 't', $label) or diag explain $r;
+	return $r;
+}
+
+# 1. Right credentials.
+cycle_ok('a1', 'right user and password: lock and unlock succeed');
+my $r = try_sql("SELECT token > 0 FROM lockfence.etcd_try_lock('a1b', 5)");
+is($r->{out}, 't', 'right credentials: etcd_try_lock succeeds');
+
+# 2. Wrong password: 28xxx, etcd's text in errdetail, no password anywhere.
+try_sql("SET lockfence.etcd_password = '$wrong_pw'");
+$r = try_sql("SELECT * FROM lockfence.etcd_lock('a2', 5, '5s')");
+ok(!$r->{ok}, 'wrong password: etcd_lock fails');
+like($r->{sqlstate} // '', qr/^28/, 'wrong password: SQLSTATE class 28') or diag explain $r;
+like($r->{detail} // '', qr/authentication failed, invalid user ID or password/,
+	"wrong password: errdetail carries etcd's text");
+cmp_ok($r->{secs}, '<', 4, 'wrong password: error within the request timeout');
+is(try_sql('SELECT 1')->{out}, '1', 'session usable after the auth error');
+
+# 3. No user at all while etcd requires one.
+try_sql("SET lockfence.etcd_password = ''");
+try_sql("SET lockfence.etcd_user = ''");
+$r = try_sql("SELECT * FROM lockfence.etcd_lock('a3', 5, '5s')");
+ok(!$r->{ok}, 'no credentials against an auth-enabled etcd: etcd_lock fails');
+like($r->{sqlstate} // '', qr/^28/, 'no credentials: SQLSTATE class 28') or diag explain $r;
+like($r->{detail} // '', qr/user name is empty/, "no credentials: errdetail carries etcd's text");
+
+# 4. Back to the right credentials (RESET to the configuration file).
+try_sql('RESET lockfence.etcd_user');
+try_sql('RESET lockfence.etcd_password');
+cycle_ok('a4', 'credentials restored: lock and unlock succeed');
+
+# 5. Token invalidated by etcd: auth disable + enable bumps the auth
+# revision, so the token this session cached is refused (HTTP 401).
+$etcd->auth_disable;
+$etcd->auth_enable;
+cycle_ok('a5', 'after auth disable/enable: the token is fetched again transparently');
+
+# 6. Role revoked: permission denied (42501); granted again: works.
+$etcd->etcdctl('user', 'revoke-role', $user, 'lockrole');
+$r = try_sql("SELECT * FROM lockfence.etcd_lock('a6', 5, '5s')");
+ok(!$r->{ok}, 'role revoked: etcd_lock fails');
+like($r->{sqlstate} // '', qr/^(42501|28)/, 'role revoked: privilege/authorization SQLSTATE')
+  or diag explain $r;
+like($r->{detail} // '', qr/permission denied/, "role revoked: errdetail carries etcd's text");
+$etcd->etcdctl('user', 'grant-role', $user, 'lockrole');
+cycle_ok('a6', 'role granted again: lock and unlock succeed in the same session');
+
+# Nothing of ours left behind in etcd by the failed calls.
+my $left = $etcd->etcdctl('get', '--prefix', '--keys-only', 'a');
+$left =~ s/^\s+|\s+$//g;
+like($left, qr/^(a1b\/[0-9a-f]+)?$/, 'no lock keys left behind except the one still held')
+  or diag $left;
+
+# 7. The credential settings are hidden from an ordinary role.
+$node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
+LockfenceTest::EtcdCluster::check_superuser_only($node, 'plain',
+	'lockfence.etcd_user', 'lockfence.etcd_password');
+
+# 8. No password in any error the client saw, nor in the server log.
+$s->quit;
+$node->stop;
+my $log = slurp_file($node->logfile);
+unlike($all_errors, qr/\Q$pw\E|\Q$wrong_pw\E/, 'no password in any error the client saw');
+unlike($log, qr/\Q$pw\E/, 'the right password never appears in the server log');
+unlike($log, qr/\Q$wrong_pw\E/, 'the wrong password never appears in the server log');
+like($log, qr/authentication failed/, 'the server log does have the auth failure (so the grep is meaningful)');
+
+$etcd->stop;
+done_testing();

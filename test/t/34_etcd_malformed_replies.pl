@@ -1,0 +1,237 @@
+
+# 34_etcd_malformed_replies.pl
+#	  Malformed and slow etcd replies, injected at one step of the real
+#	  lock protocol by test/fault_http_server.py (a proxy in front of a
+#	  real etcd that forwards everything except the request under test):
+#	  each gives a clean error with a fitting SQLSTATE within the configured
+#	  timeout; the backend never crashes, the same session runs the next
+#	  query, and a failed acquisition leaves no lock behind in etcd.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes ();
+
+use LockfenceTest::EtcdCluster;
+
+my $timeout_s = 2;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'malformed');
+$etcd->start;
+my $fault = $etcd->start_fault_server($etcd->client_url(0));
+
+my $node = LockfenceTest::EtcdCluster::pg_node('malformed', <<EOF);
+lockfence.etcd_endpoints = '@{[ $fault->url ]}'
+lockfence.etcd_request_timeout = '${timeout_s}s'
+lockfence.etcd_connect_timeout = '1s'
+EOF
+
+my $s = LockfenceTest::EtcdCluster::session($node);
+my $backend_pid = $s->query_safe('SELECT pg_backend_pid()');
+
+# Sanity: through the proxy, with no rule, everything works.
+is( LockfenceTest::EtcdCluster::sql_try($s,
+		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('m0', 5, '5s')")->{out},
+	't', 'lock and unlock through the fault proxy');
+ok($fault->hits->{'/v3/lock/lock'} >= 1, 'the proxy saw the lock request');
+
+my $n = 0;
+
+# One case: install rules, run sql, check the error, the time, the
+# session, and (for acquisitions) that the lock name is free again.
+sub case
+{
+	my (%c) = @_;
+	my $label = $c{label};
+	my $name = 'm' . ++$n;
+	(my $sql = $c{sql}) =~ s/NAME/$name/g;
+
+	$fault->clear;
+	$fault->set(%$_) for @{ $c{rules} };
+	my $before = $fault->hits->{faults} // 0;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s, $sql);
+	my $after = $fault->hits->{faults} // 0;
+	$fault->clear;
+
+	ok($after > $before, "$label: the fault was injected");
+	ok(!$r->{ok}, "$label: the call fails") or diag explain $r;
+	like($r->{sqlstate} // '', $c{sqlstate}, "$label: SQLSTATE") or diag explain $r;
+	like(($r->{message} // '') . ' ' . ($r->{detail} // ''), $c{text}, "$label: message/detail") or diag explain $r
+	  if $c{text};
+	cmp_ok($r->{secs}, '<', $c{max_secs} // ($timeout_s + 2), "$label: error in time")
+	  or diag explain $r;
+	is(LockfenceTest::EtcdCluster::sql_try($s, 'SELECT pg_backend_pid()')->{out},
+		$backend_pid, "$label: same session, same backend, still usable");
+	if ($c{free_after})
+	{
+		my $t = LockfenceTest::EtcdCluster::sql_try($s,
+			"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_try_lock('$name', 5)");
+		is($t->{out}, 't', "$label: nothing left holding the lock") or diag explain $t;
+	}
+	return $r;
+}
+
+my $LOCK = "SELECT * FROM lockfence.etcd_lock('NAME', 5, '4s')";
+my $txn0 = [ 'responses', 0, 'response_range', 'kvs', 0 ];
+
+# --- the lease grant -----------------------------------------------------
+case(label => 'grant: invalid JSON', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'invalid_json' } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'grant: truncated body', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'truncated' } ],
+	sqlstate => qr/^08/, free_after => 1);
+case(label => 'grant: oversized body (4 MiB, Content-Length)', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'oversized' } ],
+	sqlstate => qr/^08P01$/, text => qr/too large/, free_after => 1);
+case(label => 'grant: oversized body (chunked, no length)', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'oversized_chunked', size => 3 * 1024 * 1024 } ],
+	sqlstate => qr/^08P01$/, text => qr/too large/, free_after => 1);
+case(label => 'grant: lease ID is an object', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'mutate',
+		ops => [ { op => 'set', path => ['ID'], value => { x => 1 } } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'grant: lease ID missing', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'mutate',
+		ops => [ { op => 'del', path => ['ID'] } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'grant: lease ID negative', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'mutate',
+		ops => [ { op => 'set', path => ['ID'], value => '-42' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'grant: HTTP 500 with etcd error JSON', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'status', status => 500 } ],
+	sqlstate => qr/^08/, text => qr/injected failure/, free_after => 1);
+case(label => 'grant: HTTP 500 with an HTML body', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'status', status => 500,
+		body => '<html>Internal Server Error</html>' } ],
+	sqlstate => qr/^08/, free_after => 1);
+case(label => 'grant: reply never ends (slow)', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'slow', seconds => 30 } ],
+	sqlstate => qr/^08/, free_after => 1);
+case(label => 'grant: no reply at all (hang)', sql => $LOCK,
+	rules => [ { path => '/v3/lease/grant', mode => 'hang', seconds => 30 } ],
+	sqlstate => qr/^08/, free_after => 1);
+
+# --- the lock call ---------------------------------------------------------
+case(label => 'lock: key is base64 garbage', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
+		ops => [ { op => 'set', path => ['key'], value => '!!!not*base64%%' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'lock: key missing', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
+		ops => [ { op => 'del', path => ['key'] } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'lock: key is a number', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
+		ops => [ { op => 'set', path => ['key'], value => 12345 } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'lock: invalid JSON', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'invalid_json' } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'lock: oversized body', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'oversized' } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'lock: reply never ends, bounded by wait_timeout', sql => $LOCK,
+	rules => [ { path => '/v3/lock/lock', mode => 'slow', seconds => 30 } ],
+	sqlstate => qr/^(08|55P03)/, max_secs => 4 + 2, free_after => 1);
+
+# --- the read-back of the lock key (token) ---------------------------------
+case(label => 'token: create_revision is an object', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => { a => 1 } } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: create_revision negative', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '-7' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: create_revision not numeric', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '12abc' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: create_revision beyond bigint', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '99999999999999999999999' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: create_revision missing', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'del', path => [ @$txn0, 'create_revision' ] } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: responses is a string', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => ['responses'], value => 'nope' } ] } ],
+	sqlstate => qr/^08P01$/, free_after => 1);
+case(label => 'token: owner key is base64 garbage', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
+		ops => [ { op => 'set', path => [ 'responses', 1, 'response_range', 'kvs', 0, 'key' ], value => '%%%' } ] } ],
+	sqlstate => qr/^(08P01|LF003)$/, free_after => 1);
+case(label => 'token: read-back hangs', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'hang', seconds => 30 } ],
+	sqlstate => qr/^08/, free_after => 1);
+
+# --- keepalive and unlock ----------------------------------------------------
+my $r = LockfenceTest::EtcdCluster::sql_try($s,
+	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('mk', 10, '5s')");
+my ($mk_key, $mk_lease) = split / /, $r->{out};
+ok($mk_lease, 'a lock for the keepalive/unlock cases');
+case(label => 'keepalive: no result object',
+	sql => "SELECT lockfence.etcd_keepalive($mk_lease)",
+	rules => [ { path => '/v3/lease/keepalive', mode => 'mutate',
+		ops => [ { op => 'del', path => ['result'] } ] } ],
+	sqlstate => qr/^(08P01|LF003)$/);
+case(label => 'keepalive: TTL is an object',
+	sql => "SELECT lockfence.etcd_keepalive($mk_lease)",
+	rules => [ { path => '/v3/lease/keepalive', mode => 'mutate',
+		ops => [ { op => 'set', path => [ 'result', 'TTL' ], value => [1] } ] } ],
+	sqlstate => qr/^(08P01|LF003)$/);
+case(label => 'keepalive: invalid JSON',
+	sql => "SELECT lockfence.etcd_keepalive($mk_lease)",
+	rules => [ { path => '/v3/lease/keepalive', mode => 'invalid_json' } ],
+	sqlstate => qr/^08P01$/);
+# etcd_unlock of a lock this session holds only revokes its lease (the
+# key goes with it); another holder's key is deleted first: fault both.
+case(label => 'unlock: invalid JSON',
+	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
+	rules => [ map { { path => $_, mode => 'invalid_json' } }
+		('/v3/kv/deleterange', '/v3/lease/revoke') ],
+	sqlstate => qr/^08P01$/);
+case(label => 'unlock: reply never ends',
+	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
+	rules => [ map { { path => $_, mode => 'slow', seconds => 30 } }
+		('/v3/kv/deleterange', '/v3/lease/revoke') ],
+	sqlstate => qr/^08/);
+# The lease survived all that (the faults were only in replies).
+$r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($mk_lease) > 0");
+is($r->{out}, 't', 'the lease is still alive after the faulty replies');
+$r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_unlock('$mk_key')");
+like($r->{out}, qr/^[tf]$/, 'unlock without faults completes');
+
+# A cancel during a never-ending reply is honoured at once.
+$fault->set(path => '/v3/lease/grant', mode => 'slow', seconds => 30);
+$s->query_safe("SET lockfence.etcd_request_timeout = '60s'");
+$s->{stdin} .= "SELECT * FROM lockfence.etcd_lock('mc', 5);\n";
+$s->{run}->pump_nb;
+my $t0 = Time::HiRes::time();
+sleep 1;
+$node->safe_psql('postgres', "SELECT pg_cancel_backend($backend_pid)");
+$r = LockfenceTest::EtcdCluster::sql_try($s, 'SELECT 1');
+my $cancel_secs = Time::HiRes::time() - $t0;
+like($r->{stderr}, qr/57014/, 'cancel during a never-ending reply: 57014');
+cmp_ok($cancel_secs, '<', 3, 'cancel honoured promptly');
+$fault->clear;
+$s->query_safe("RESET lockfence.etcd_request_timeout");
+
+# The server never crashed.
+$s->quit;
+my $log = slurp_file($node->logfile);
+unlike($log, qr/terminated by signal|server process .* was terminated|PANIC/,
+	'no backend crashed');
+ok($node->safe_psql('postgres', 'SELECT 1') eq '1', 'server up at the end');
+
+$node->stop;
+$fault->stop;
+$etcd->stop;
+done_testing();

@@ -1,0 +1,174 @@
+
+# 35_etcd_retry.pl
+#	  Retries and request counts, with test/fault_http_server.py in front
+#	  of a real etcd member (it forwards every request unchanged except the
+#	  one step under test):
+#	  - etcd's election messages answered as HTTP 500 / gRPC code 2
+#	    ("etcdserver: leader changed", "request timed out", "no leader",
+#	    "too many requests") are retried, not reported as errors;
+#	  - an etcd_unlock whose request hangs on the first endpoint succeeds
+#	    through the next one within a request timeout of 2 s (each endpoint
+#	    gets a share of the timeout, not all of it);
+#	  - etcd_unlock of a lock this session acquired sends one revoke and no
+#	    deleterange; another holder's key is deleted and its lease revoked;
+#	    a key that is already gone gives false and a NOTICE.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use LockfenceTest::EtcdCluster;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'retry');
+$etcd->start;
+my $fault = $etcd->start_fault_server($etcd->client_url(0));
+my $f = $fault->url;
+
+# The proxy listed twice: the second entry is tried after the first one
+# failed, and every request still goes through the proxy (so it is
+# counted, and a rule with "times" applies only to the first attempt).
+my $node = LockfenceTest::EtcdCluster::pg_node('retry', <<EOF);
+lockfence.etcd_endpoints = '$f,$f/'
+lockfence.etcd_request_timeout = '2s'
+lockfence.etcd_connect_timeout = '1s'
+EOF
+
+my $s = LockfenceTest::EtcdCluster::session($node);
+
+sub hits
+{
+	my ($path) = @_;
+	return $fault->hits->{$path} // 0;
+}
+
+sub key_exists
+{
+	my ($key) = @_;
+	return $etcd->etcdctl('get', '--keys-only', $key) =~ /\Q$key\E/ ? 1 : 0;
+}
+
+# 1. Transient election errors, as etcd sends them: HTTP 500, code 2.
+my @transient = (
+	[ '/v3/lease/grant', 'etcdserver: no leader' ],
+	[ '/v3/lock/lock', 'etcdserver: leader changed' ],
+	[ '/v3/kv/txn', 'etcdserver: request timed out' ],
+	[ '/v3/lease/revoke', 'etcdserver: too many requests' ],);
+my $n = 0;
+for my $t (@transient)
+{
+	my ($path, $msg) = @$t;
+	my $name = 'tr' . ++$n;
+	$fault->clear;
+	$fault->set(path => $path, mode => 'status', status => 500, times => 1,
+		body => { error => $msg, message => $msg, code => 2 });
+	my $before = $fault->hits->{faults} // 0;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s,
+		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('$name', 5, '5s')");
+	ok(($fault->hits->{faults} // 0) > $before, "$path \"$msg\": the fault was injected");
+	ok($r->{ok}, "$path \"$msg\": lock and unlock succeed after a retry") or diag explain $r;
+	is($r->{out}, 't', "$path \"$msg\": unlock returns true");
+	cmp_ok($r->{secs}, '<', 2, "$path \"$msg\": within the request timeout");
+	like($etcd->etcdctl('get', '--prefix', '--keys-only', "$name/"), qr/^\s*$/,
+		"$path \"$msg\": nothing left in etcd");
+}
+$fault->clear;
+
+# A permanent error is still reported at once, not retried.
+$fault->set(path => '/v3/lease/grant', mode => 'status', status => 500,
+	body => { error => 'etcdserver: injected failure', message => 'etcdserver: injected failure', code => 2 });
+my $r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT * FROM lockfence.etcd_lock('perm', 5, '5s')");
+is($r->{sqlstate}, '08000', 'a permanent code 2 error is reported as 08000') or diag explain $r;
+cmp_ok($r->{secs}, '<', 1, 'a permanent code 2 error is not retried');
+$fault->clear;
+
+# 2. A hung unlock request on the first endpoint: the second endpoint
+# gets its turn within the 2 s request timeout.
+for my $path ('/v3/lease/revoke', '/v3/kv/deleterange')
+{
+	my $name = 'hang' . ++$n;
+	$s->query_safe("SET lockfence.etcd_endpoints = '$f,$f/" . ('/' x $n) . "'");
+	my ($key, $lease);
+	if ($path eq '/v3/lease/revoke')
+	{
+		# our own lock: etcd_unlock revokes its lease
+		($key) = split / /, $s->query_safe(
+			"SELECT key FROM lockfence.etcd_lock('$name', 10, '5s')");
+	}
+	else
+	{
+		# another holder's key (etcdctl's lease): deleted first
+		($lease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
+		$key = "$name/$lease";
+		$etcd->etcdctl('put', "--lease=$lease", $key, '');
+	}
+	ok(key_exists($key), "$path hangs: the lock key exists before unlock");
+	$fault->set(path => $path, mode => 'hang', seconds => 10, times => 1);
+	my $before = hits($path);
+	$r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_unlock('$key')");
+	is($r->{out}, 't', "$path hangs on the first endpoint: etcd_unlock succeeds") or diag explain $r;
+	cmp_ok(hits($path) - $before, '>=', 2, "$path hangs: sent again to the next endpoint");
+	cmp_ok($r->{secs}, '<', 2, "$path hangs: within the request timeout");
+	ok(!key_exists($key), "$path hangs: the lock key is gone");
+	$fault->clear;
+}
+$s->query_safe('RESET lockfence.etcd_endpoints');
+
+# 3. Request counts of etcd_unlock.
+my ($key, $lease) = split / /, $s->query_safe(
+	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('cnt', 10, '5s')");
+my %before = map { $_ => hits($_) } ('/v3/kv/deleterange', '/v3/lease/revoke');
+is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'own lock: etcd_unlock returns true');
+is(hits('/v3/kv/deleterange') - $before{'/v3/kv/deleterange'}, 0,
+	'own lock: no deleterange request');
+is(hits('/v3/lease/revoke') - $before{'/v3/lease/revoke'}, 1, 'own lock: one revoke request');
+ok(!key_exists($key), 'own lock: the key is gone');
+like($etcd->etcdctl('lease', 'timetolive', sprintf('%x', $lease)), qr/already expired|not found/i,
+	'own lock: the lease is revoked');
+
+# Unlocking it again: false and a NOTICE.
+$s->{stderr} = '';
+is($s->query("SELECT lockfence.etcd_unlock('$key')"), 'f', 'unlock again: false');
+like($s->{stderr}, qr/NOTICE:.*does not exist/, 'unlock again: NOTICE');
+$s->{stderr} = '';
+
+# A key whose lease expired while this session held it: false and a NOTICE.
+($key, $lease) = split / /, $s->query_safe(
+	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('cnt2', 10, '5s')");
+$etcd->etcdctl('lease', 'revoke', sprintf('%x', $lease));
+is($s->query("SELECT lockfence.etcd_unlock('$key')"), 'f', 'own lock lost meanwhile: false');
+like($s->{stderr}, qr/NOTICE:.*does not exist/, 'own lock lost meanwhile: NOTICE');
+$s->{stderr} = '';
+
+# Our lease's hex under another name is not our key: revoking our lease
+# would release the lock we hold.
+($key, $lease) = split / /, $s->query_safe(
+	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('cnt3', 10, '5s')");
+(my $wrong = $key) =~ s{^cnt3/}{cnt3x/};
+is($s->query("SELECT lockfence.etcd_unlock('$wrong')"), 'f',
+	'our lease under another name: false');
+$s->{stderr} = '';
+ok(key_exists($key), 'our lease under another name: our lock key survives');
+is($s->query_safe("SELECT lockfence.etcd_keepalive($lease) > 0"), 't',
+	'our lease under another name: our lease survives');
+is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'cnt3 released');
+
+# Another holder's key: deleterange, then its lease is revoked.
+my ($olease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
+$key = "cnt4/$olease";
+$etcd->etcdctl('put', "--lease=$olease", $key, '');
+%before = map { $_ => hits($_) } ('/v3/kv/deleterange', '/v3/lease/revoke');
+is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'etcdctl holder: etcd_unlock returns true');
+is(hits('/v3/kv/deleterange') - $before{'/v3/kv/deleterange'}, 1,
+	'etcdctl holder: one deleterange request');
+is(hits('/v3/lease/revoke') - $before{'/v3/lease/revoke'}, 1,
+	'etcdctl holder: its lease is revoked');
+ok(!key_exists($key), 'etcdctl holder: the key is gone');
+
+$s->quit;
+$node->stop;
+$fault->stop;
+$etcd->stop;
+done_testing();
