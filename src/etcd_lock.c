@@ -808,6 +808,20 @@ return_lock_row(FunctionCallInfo fcinfo, bool got, EtcdLockResult *res)
 }
 
 /*
+ * The (name, ttl_seconds) arguments shared by etcd_lock and etcd_try_lock.
+ */
+static void
+lock_args(FunctionCallInfo fcinfo, char **name, int *ttl)
+{
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	*name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	*ttl = PG_GETARG_INT32(1);
+}
+
+/*
  * lockfence.etcd_lock(name, ttl_seconds, wait_timeout)
  *		-> TABLE(key, lease, token)
  *
@@ -822,12 +836,7 @@ lockfence_etcd_lock(PG_FUNCTION_ARGS)
 	long		wait_ms;
 	EtcdLockResult res;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("name and ttl_seconds must not be null")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	ttl = PG_GETARG_INT32(1);
+	lock_args(fcinfo, &name, &ttl);
 	wait_ms = wait_timeout_ms(fcinfo, 2);
 
 	(void) acquire(name, ttl, wait_ms, false, &res);
@@ -849,12 +858,7 @@ lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
 	EtcdLockResult res;
 	bool		got;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("name and ttl_seconds must not be null")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	ttl = PG_GETARG_INT32(1);
+	lock_args(fcinfo, &name, &ttl);
 
 	got = acquire(name, ttl, 0, true, &res);
 	return_lock_row(fcinfo, got, &res);
