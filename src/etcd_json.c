@@ -65,7 +65,41 @@ etcd_parse_reply(const char *body, int len, Jsonb **result)
 	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
 		return false;
 
-	d = DirectFunctionCall1(jsonb_in, CStringGetDatum(copy));
+	/*
+	 * Valid JSON can still be refused by jsonb (a number beyond numeric's
+	 * range, nesting beyond the stack limit).  Such a reply is malformed
+	 * like any other, and callers that must not raise (cleanup at exit)
+	 * rely on that.  Only these errors are caught: jsonb_in holds no
+	 * resources, and anything else (a cancel, say) goes on up.
+	 */
+	{
+		MemoryContext oldcxt = CurrentMemoryContext;
+		volatile Datum parsed = (Datum) 0;
+		bool		refused = false;
+
+		PG_TRY();
+		{
+			parsed = DirectFunctionCall1(jsonb_in, CStringGetDatum(copy));
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(oldcxt);
+			edata = CopyErrorData();
+			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_DATA_EXCEPTION &&
+				edata->sqlerrcode != ERRCODE_STATEMENT_TOO_COMPLEX &&
+				edata->sqlerrcode != ERRCODE_PROGRAM_LIMIT_EXCEEDED)
+				PG_RE_THROW();
+			FlushErrorState();
+			FreeErrorData(edata);
+			refused = true;
+		}
+		PG_END_TRY();
+		if (refused)
+			return false;
+		d = parsed;
+	}
 	jb = DatumGetJsonbP(d);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		return false;

@@ -141,7 +141,8 @@ fence_cache_lookup(const char *resource, int64 *token, const char **holder)
 	if (FenceCache == NULL)
 		return false;
 	entry = hash_search(FenceCache, resource, HASH_FIND, NULL);
-	if (entry == NULL || entry->newest->token < 0)
+	/* newest is NULL only if allocating the entry's version failed */
+	if (entry == NULL || entry->newest == NULL || entry->newest->token < 0)
 		return false;
 	*token = entry->newest->token;
 	*holder = entry->newest->holder;
@@ -222,7 +223,7 @@ fence_cache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (version == NULL)
 				hash_search(FenceCache, entry->resource, HASH_REMOVE, NULL);
 		}
-		else if (version->subid >= mySubid)
+		else if (version != NULL && version->subid >= mySubid)
 		{
 			/* Children have already merged into mySubid; merge into parent. */
 			CachedFence *older = version->older;

@@ -39,13 +39,16 @@
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "fmgr.h"
 #include "nodes/bitmapset.h"
 #include "parser/parse_relation.h"
+#include "tcop/pquery.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/portal.h"
 #include "utils/rel.h"
 
 #include "lockfence.h"
@@ -114,12 +117,44 @@ fence_trigger_check_definition(Trigger *trigger, Relation rel)
 				 errhint("Fence rows with FOR EACH ROW on INSERT, UPDATE and DELETE, and TRUNCATE with a separate FOR EACH STATEMENT trigger.")));
 }
 
+/* What a column named in a trigger argument is used for. */
+typedef enum FenceColumnUse
+{
+	COLUMN_TOKEN,				/* the token: bigint, written by the writer */
+	COLUMN_NAME					/* a resource or holder name, made text */
+} FenceColumnUse;
+
 /*
- * Look up a column named in a trigger argument.
+ * Can values of this type name a resource or holder?  Only types whose text
+ * form does not depend on session settings (TimeZone, DateStyle,
+ * extra_float_digits, ...): otherwise one row could name two resources.
+ */
+static bool
+fence_trigger_name_type_ok(Oid typid)
+{
+	switch (getBaseType(typid))
+	{
+		case TEXTOID:
+		case VARCHAROID:
+		case BPCHAROID:
+		case NAMEOID:
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+		case UUIDOID:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * Look up a column named in a trigger argument, and check that it can
+ * serve its use.
  */
 static AttrNumber
 fence_trigger_column(Relation rel, const char *key, const char *column,
-					 Oid required_type)
+					 FenceColumnUse use)
 {
 	AttrNumber	attnum = attnameAttNum(rel, column, false);
 	Form_pg_attribute att;
@@ -131,14 +166,27 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
 						column, key, RelationGetRelationName(rel))));
 
 	att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
-	if (OidIsValid(required_type) && att->atttypid != required_type)
+	if (use == COLUMN_TOKEN && att->atttypid != INT8OID)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must be of type %s",
-						column, key, format_type_be(required_type)),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must be of type bigint",
+						column, key),
 				 errdetail("Column \"%s\" of table \"%s\" is of type %s.",
 						   column, RelationGetRelationName(rel),
 						   format_type_be(att->atttypid))));
+	if (use == COLUMN_TOKEN && att->attgenerated != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be a generated column",
+						column, key),
+				 errdetail("A BEFORE trigger sees a generated column's old value, not the writer's token.")));
+	if (use == COLUMN_NAME && !fence_trigger_name_type_ok(att->atttypid))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" cannot be of type %s",
+						column, key, format_type_be(att->atttypid)),
+				 errdetail("Its text form depends on session settings, so one row could name different resources in different sessions."),
+				 errhint("Use a column of type text, varchar, char, name, smallint, integer, bigint or uuid.")));
 	return attnum;
 }
 
@@ -241,7 +289,7 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	{
 		config->resource_attnum = fence_trigger_column(rel, "resource_column",
 													   config->resource_column,
-													   InvalidOid);
+													   COLUMN_NAME);
 		fence_trigger_output_function(rel, config->resource_attnum,
 									  &config->resource_out, mcxt);
 	}
@@ -249,12 +297,12 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	if (config->token_column != NULL)
 		config->token_attnum = fence_trigger_column(rel, "token_column",
 													config->token_column,
-													INT8OID);
+													COLUMN_TOKEN);
 	if (values[KEY_HOLDER_COLUMN] != NULL)
 	{
 		config->holder_attnum = fence_trigger_column(rel, "holder_column",
 													 values[KEY_HOLDER_COLUMN],
-													 InvalidOid);
+													 COLUMN_NAME);
 		fence_trigger_output_function(rel, config->holder_attnum,
 									  &config->holder_out, mcxt);
 	}
@@ -364,19 +412,98 @@ fence_trigger_require_fenced(bool fenced, Relation rel)
 }
 
 /*
+ * The operation of the innermost statement being executed, tracked by an
+ * ExecutorRun hook; CMD_UNKNOWN when the library was loaded by (a trigger
+ * of) the statement now running, so that the hook missed its start.
+ */
+static CmdType running_operation = CMD_UNKNOWN;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
+
+static void
+fence_trigger_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction,
+						  uint64 count, bool execute_once)
+{
+	CmdType		save_operation = running_operation;
+
+	running_operation = queryDesc->operation;
+	PG_TRY();
+	{
+		if (prev_ExecutorRun)
+			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+		else
+			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+	}
+	PG_FINALLY();
+	{
+		running_operation = save_operation;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Install the ExecutorRun hook; called once from _PG_init.
+ */
+void
+fence_trigger_init(void)
+{
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = fence_trigger_ExecutorRun;
+}
+
+/*
+ * Is the running statement known to be a plain UPDATE (or INSERT ... ON
+ * CONFLICT DO UPDATE), whose updated-columns set is its own SET list?
+ * MERGE reports the union of all its UPDATE actions' columns, so there a
+ * column in the set may not have been set by the action that ran.
+ */
+static bool
+fence_trigger_update_cols_exact(void)
+{
+	if (running_operation != CMD_UNKNOWN)
+		return running_operation == CMD_UPDATE ||
+			running_operation == CMD_INSERT;
+
+	/* Loaded mid-statement: trust only a top-level UPDATE or INSERT. */
+	return ActivePortal != NULL &&
+		(ActivePortal->commandTag == CMDTAG_UPDATE ||
+		 ActivePortal->commandTag == CMDTAG_INSERT);
+}
+
+/*
  * Does this write set the token column itself?
+ *
+ * An INSERT's row is the writer's.  An UPDATE's token counts only if the
+ * UPDATE names the column: a value merely carried over from the old row
+ * proves nothing about the writer.  A changed value was certainly written
+ * by this statement; an unchanged one only if the statement is known to
+ * name the column (see fence_trigger_update_cols_exact).
  */
 static bool
 fence_trigger_sets_token(FenceTriggerConfig *config, TriggerData *trigdata)
 {
+	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	bool		oldnull;
+	bool		newnull;
+	Datum		oldvalue;
+	Datum		newvalue;
+
 	if (config->token_attnum == 0)
 		return false;
 	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 		return true;
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-		return bms_is_member(config->token_attnum - FirstLowInvalidHeapAttributeNumber,
-							 trigdata->tg_updatedcols);
-	return false;
+	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
+		!bms_is_member(config->token_attnum - FirstLowInvalidHeapAttributeNumber,
+					   trigdata->tg_updatedcols))
+		return false;
+
+	oldvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
+							tupdesc, &oldnull);
+	newvalue = heap_getattr(trigdata->tg_newtuple, config->token_attnum,
+							tupdesc, &newnull);
+	if (oldnull != newnull ||
+		(!newnull && DatumGetInt64(oldvalue) != DatumGetInt64(newvalue)))
+		return true;
+	return fence_trigger_update_cols_exact();
 }
 
 /*
@@ -436,7 +563,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 
 		if (config->resource == NULL)
 			ereport(ERROR,
-					(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("cannot truncate protected table \"%s\"",
 							RelationGetRelationName(trigdata->tg_relation)),
 					 errdetail("Its rows belong to many resources, and TRUNCATE cannot be fenced for each of them."),

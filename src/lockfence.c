@@ -32,6 +32,7 @@ void
 _PG_init(void)
 {
 	fence_cache_init();
+	fence_trigger_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
 

@@ -62,6 +62,9 @@ extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
 									   FenceOutcome *outcome);
 
+/* fence_trigger.c */
+extern void fence_trigger_init(void);
+
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
 extern bool fence_cache_lookup(const char *resource, int64 *token,

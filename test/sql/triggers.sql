@@ -211,3 +211,58 @@ ALTER TABLE ledger DISABLE TRIGGER fence;
 DELETE FROM ledger WHERE id = 10;
 ALTER TABLE ledger ENABLE TRIGGER fence;
 DELETE FROM ledger WHERE id = 11;
+
+-- 4. MERGE names the token column for all its UPDATE actions at once, so a
+-- carried-over token must not count as the writer's
+CREATE TABLE macct (id int PRIMARY KEY, res text, tok bigint, data text);
+SELECT lockfence.protect('macct', resource_column => 'res', token_column => 'tok');
+INSERT INTO macct VALUES (1, 'm1', 20, 'a'), (2, 'm1', 20, 'b');
+\c
+-- the MERGE itself loads the library in this session
+MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
+    WHEN MATCHED AND false THEN UPDATE SET tok = 10
+    WHEN MATCHED THEN UPDATE SET data = 'stale merge';
+\echo :LAST_ERROR_SQLSTATE
+MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
+    WHEN MATCHED AND false THEN UPDATE SET tok = 10
+    WHEN MATCHED THEN UPDATE SET data = 'stale merge';
+\echo :LAST_ERROR_SQLSTATE
+-- a MERGE action that writes a new token is fenced with it
+MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
+    WHEN MATCHED THEN UPDATE SET data = 'newer holder', tok = 21;
+-- (a MERGE presenting the row's old token cannot prove it wrote it)
+MERGE INTO macct a USING (VALUES (1)) s(id) ON a.id = s.id
+    WHEN MATCHED THEN UPDATE SET data = 'stale', tok = 20;
+\echo :LAST_ERROR_SQLSTATE
+-- one that keeps the token needs the transaction's fence
+MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
+    WHEN MATCHED THEN UPDATE SET data = 'same token', tok = 21;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT lockfence.fence('m1', 21);
+MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
+    WHEN MATCHED THEN UPDATE SET data = 'same token, fenced', tok = 21;
+COMMIT;
+\c
+-- a plain UPDATE that names the token column is the writer's, even as the
+-- first statement of a session
+UPDATE macct SET data = 'plain update', tok = 21 WHERE id = 1;
+SELECT * FROM macct ORDER BY id;
+
+-- 5. columns that cannot serve
+CREATE TABLE ev (day timestamptz, tok bigint, v int);
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON ev
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=day', 'token_column=tok');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON ev
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=ev', 'holder_column=day');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE gen (t_in bigint, tok bigint GENERATED ALWAYS AS (t_in) STORED);
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON gen
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=gen', 'token_column=tok');
+\echo :LAST_ERROR_SQLSTATE
+CREATE DOMAIN tenant_id AS varchar(20);
+CREATE TABLE dom (tenant tenant_id, tok bigint);
+SELECT lockfence.protect('dom', resource_column => 'tenant', token_column => 'tok');
+INSERT INTO dom VALUES ('d1', 1);
+SELECT lockfence.current_token('d1');
