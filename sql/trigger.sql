@@ -17,8 +17,83 @@ LANGUAGE C STRICT;
 COMMENT ON FUNCTION lockfence.check_trigger(oid) IS
     'Validate a trigger that calls lockfence.fence_trigger()';
 
+-- Spread a protected table's TRUNCATE triggers to one of its partitions
+-- (statement triggers are not cloned to partitions, and TRUNCATE of a
+-- partition fires only the partition's own), and refuse tables that would
+-- hold a protected table's rows without its row triggers: children by
+-- plain inheritance.
+CREATE FUNCTION lockfence.cover_descendant(rel regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    args text;
+BEGIN
+    FOR t IN
+        WITH RECURSIVE ancestors(relid, via_partition) AS (
+            SELECT i.inhparent, c.relispartition
+              FROM pg_catalog.pg_inherits i
+              JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhrelid = rel
+            UNION
+            SELECT i.inhparent, a.via_partition AND c.relispartition
+              FROM ancestors a
+              JOIN pg_catalog.pg_inherits i ON i.inhrelid = a.relid
+              JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        )
+        SELECT tg.tgname, tg.tgtype, tg.tgargs, tg.tgnargs, a.relid, a.via_partition
+          FROM ancestors a
+          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = a.relid
+         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+    LOOP
+        IF NOT t.via_partition THEN
+            RAISE EXCEPTION 'table "%" cannot inherit from table "%", which is protected by lockfence',
+                rel, t.relid::regclass
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = 'Rows of an inheritance child are written without the parent''s triggers.',
+                      HINT = 'Use declarative partitioning, whose partitions get the row triggers.';
+        END IF;
+        -- TRUNCATE triggers (BEFORE, statement level) are copied by name.
+        IF t.tgtype::int & 1 = 0 AND t.tgtype::int & 32 <> 0
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid = rel AND x.tgname = t.tgname) THEN
+            SELECT pg_catalog.string_agg(pg_catalog.quote_literal(a), ', ')
+              INTO args
+              FROM pg_catalog.unnest((pg_catalog.string_to_array(
+                       pg_catalog.encode(t.tgargs, 'escape'), '\000'))[1:t.tgnargs]) AS a;
+            EXECUTE pg_catalog.format(
+                'CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT'
+                ' EXECUTE FUNCTION lockfence.fence_trigger(%s)',
+                t.tgname, rel, coalesce(args, ''));
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.cover_descendant(regclass) IS
+    'Give a partition its protected ancestors'' TRUNCATE triggers';
+
+-- cover_descendant() for a table and everything below it.
+CREATE FUNCTION lockfence.cover_descendants(rel regclass)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE tree(relid) AS (
+        SELECT rel::oid
+        UNION
+        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree t ON i.inhparent = t.relid
+    )
+    SELECT lockfence.cover_descendant(relid::regclass) FROM tree;
+$$;
+
+COMMENT ON FUNCTION lockfence.cover_descendants(regclass) IS
+    'cover_descendant() for a table and all its descendants';
+
 -- Report a misused fence_trigger() when the trigger is created rather than
--- at the first write.
+-- at the first write, and cover new partitions of protected tables.
 CREATE FUNCTION lockfence.check_new_triggers()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -26,6 +101,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     tg oid;
+    rel oid;
 BEGIN
     FOR tg IN
         SELECT t.oid
@@ -36,11 +112,23 @@ BEGIN
     LOOP
         PERFORM lockfence.check_trigger(tg);
     END LOOP;
+
+    FOR rel IN
+        SELECT DISTINCT c.objid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid = 0
+           AND r.relkind IN ('r', 'p', 'f')
+    LOOP
+        PERFORM lockfence.cover_descendants(rel);
+    END LOOP;
 END
 $$;
 
 CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
-    WHEN TAG IN ('CREATE TRIGGER')
+    WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
+                 'CREATE FOREIGN TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
 -- Protect a table: the row trigger and, for a fixed resource, the TRUNCATE
@@ -83,6 +171,10 @@ BEGIN
                    ' BEFORE TRUNCATE ON %s'
                    ' FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger(%s)',
                    tbl, args);
+
+    -- Existing partitions (new ones are covered by the event trigger), and
+    -- a refusal for children by plain inheritance.
+    PERFORM lockfence.cover_descendants(tbl);
 END
 $$;
 

@@ -266,3 +266,39 @@ CREATE TABLE dom (tenant tenant_id, tok bigint);
 SELECT lockfence.protect('dom', resource_column => 'tenant', token_column => 'tok');
 INSERT INTO dom VALUES ('d1', 1);
 SELECT lockfence.current_token('d1');
+
+-- 6. partitions get the TRUNCATE trigger too (statement triggers are not
+-- cloned), now and later; children by plain inheritance are refused
+CREATE TABLE pt (id int, v int) PARTITION BY RANGE (id);
+CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (10);
+CREATE TABLE pt2 PARTITION OF pt FOR VALUES FROM (10) TO (20) PARTITION BY RANGE (id);
+CREATE TABLE pt2a PARTITION OF pt2 FOR VALUES FROM (10) TO (15);
+SELECT lockfence.protect('pt', resource => 'pres');
+CREATE TABLE pt3 PARTITION OF pt FOR VALUES FROM (20) TO (30);
+CREATE TABLE pt2b (id int, v int);
+ALTER TABLE pt2 ATTACH PARTITION pt2b FOR VALUES FROM (15) TO (20);
+SELECT tgrelid::regclass, tgname FROM pg_trigger
+ WHERE tgname LIKE 'zz_lockfence%' AND tgrelid::regclass::text LIKE 'pt%'
+ ORDER BY tgrelid::regclass::text, tgname;
+INSERT INTO pt1 VALUES (1, 1);
+TRUNCATE pt1;
+TRUNCATE pt2b;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT lockfence.fence('pres', 1);
+INSERT INTO pt VALUES (1, 1), (16, 1), (25, 1);
+TRUNCATE pt1, pt2b;
+COMMIT;
+SELECT * FROM pt ORDER BY id;
+CREATE TABLE parent (id int, v int);
+SELECT lockfence.protect('parent', resource => 'inh');
+CREATE TABLE child () INHERITS (parent);
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE child2 (id int, v int);
+ALTER TABLE child2 INHERIT parent;
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE p2 (id int);
+CREATE TABLE c2 () INHERITS (p2);
+SELECT lockfence.protect('p2', resource => 'x');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM pg_trigger WHERE tgrelid = 'p2'::regclass;
