@@ -347,7 +347,7 @@ fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
 			 errmsg("write to protected table \"%s\" carries no fencing token",
 					RelationGetRelationName(rel)),
 			 config->token_column ?
-			 errdetail("Resource \"%s\" was not fenced in this transaction, and the write does not set column \"%s\".",
+			 errdetail("Resource \"%s\" was not fenced in this transaction, and the write does not give column \"%s\" a token of its own.",
 					   resource, config->token_column) :
 			 errdetail("Resource \"%s\" was not fenced in this transaction.",
 					   resource),

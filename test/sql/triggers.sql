@@ -249,6 +249,15 @@ COMMIT;
 UPDATE macct SET data = 'plain update', tok = 21 WHERE id = 1;
 SELECT * FROM macct ORDER BY id;
 
+-- an UPDATE inside WITH is not a plain UPDATE: a changed token counts, an
+-- unchanged one needs the transaction's fence
+WITH u AS (UPDATE macct SET data = 'cte', tok = 22 WHERE id = 1 RETURNING tok)
+SELECT tok FROM u;
+WITH u AS (UPDATE macct SET data = 'cte again', tok = 22 WHERE id = 1 RETURNING tok)
+SELECT tok FROM u;
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.current_token('m1');
+
 -- 5. columns that cannot serve
 CREATE TABLE ev (day timestamptz, tok bigint, v int);
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON ev
