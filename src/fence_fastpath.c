@@ -42,7 +42,7 @@
 
 #include "lockfence.h"
 
-/* Attribute numbers of lockfence.fences, as created by sql/core.sql. */
+/* Attribute numbers of lockfence.fences, as created by the install scripts. */
 #define Anum_fences_resource	1
 #define Anum_fences_token		2
 #define Anum_fences_holder		4

@@ -20,7 +20,7 @@ use Test::More;
 
 # Every version ever released, oldest first.  A new release adds its
 # predecessor here, and an upgrade script from it.
-my @released = ('1.0');
+my @released = ('1.0', '1.1');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -101,6 +101,13 @@ for my $v (@released)
 		                         token_column => 'fence_token');
 		INSERT INTO orders VALUES (1, 42);
 	});
+
+	# One upgrade script per step: from each release to the next.
+	my ($first) = grep { $released[$_] eq $v } 0 .. $#released;
+	my @chain = (@released[$first .. $#released], $default);
+	is($node->safe_psql($db,
+		"SELECT path FROM pg_extension_update_paths('lockfence') WHERE source = '$v' AND target = '$default'"),
+		join('--', @chain), "$v updates to $default step by step");
 
 	$node->safe_psql($db, 'ALTER EXTENSION lockfence UPDATE');
 	is($node->safe_psql($db,

@@ -1,4 +1,0 @@
-/* lockfence: update from 1.0 to 1.1 */
-
--- complain if script is sourced in psql, rather than via ALTER EXTENSION
-\echo Use "ALTER EXTENSION lockfence UPDATE TO '1.1'" to load this file. \quit
