@@ -9,6 +9,11 @@
 #   on 127.0.0.1 free ports),
 # and finally the end-to-end demonstration.  Prints "N passed, N failed" and
 # exits non-zero if any suite failed.
+#
+# For quick iterations:
+#   SUITES="regress tap"          only these of: regress isolation tap demo
+#   PROVE_TESTS="test/t/20_*.pl"  only these TAP files
+#   PG_CONFIG=/path/to/pg_config  another PostgreSQL installation
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,14 +79,21 @@ show_diffs() {
 
 regress() { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; }
 isolation() { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; }
-tap() { as_postgres_make installcheck REGRESS= ISOLATION= PROVE_FLAGS='-I test/perl --timer' || show_diffs; }
+tap() {
+	as_postgres_make installcheck REGRESS= ISOLATION= \
+		PROVE_FLAGS='-I test/perl --timer' ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} ||
+		show_diffs
+}
+
+SUITES=${SUITES:-regress isolation tap demo}
+wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
 suite "build and install (-Wall -Wextra -Werror)" build
 if [ $failed -eq 0 ]; then
-	suite "pg_regress" regress
-	suite "isolation" isolation
-	suite "TAP" tap
-	if [ -x "$work/demo/run.sh" ]; then
+	wanted regress && suite "pg_regress" regress
+	wanted isolation && suite "isolation" isolation
+	wanted tap && suite "TAP" tap
+	if wanted demo && [ -x "$work/demo/run.sh" ]; then
 		suite "demonstration (demo/run.sh)" bash "$work/demo/run.sh"
 	fi
 fi
