@@ -36,3 +36,23 @@ include $(PGXS)
 
 # After the include: Makefile.global resets PROVE_FLAGS.
 PROVE_FLAGS += -I test/perl
+
+# Release archive (PGXN): make dist writes dist/lockfence-VERSION.zip, VERSION
+# being META.json's, from the committed tree at git HEAD (uncommitted changes
+# are not in it), under the folder lockfence-VERSION/.  .gitattributes
+# (export-ignore) leaves out what users do not need.  DISTDIR chooses another
+# output folder.
+DISTVERSION = $(shell sed -n 's/^   "version": *"\([^"]*\)".*/\1/p' $(srcdir)/META.json)
+DISTNAME = $(EXTENSION)-$(DISTVERSION)
+DISTDIR ?= dist
+EXTRA_CLEAN += dist
+
+.PHONY: dist
+dist:
+	@test "$$(git -C $(srcdir) rev-parse --show-toplevel 2>/dev/null)" = "$$(cd $(srcdir) && pwd -P)" || \
+		{ echo "make dist: $(srcdir) is not the top of a git checkout" >&2; exit 1; }
+	@test -n "$(DISTVERSION)" || { echo "make dist: no version in META.json" >&2; exit 1; }
+	mkdir -p $(DISTDIR)
+	git -C $(srcdir) archive --format=zip --prefix=$(DISTNAME)/ \
+		--output=$(abspath $(DISTDIR))/$(DISTNAME).zip HEAD
+	@echo "make dist: wrote $(DISTDIR)/$(DISTNAME).zip"
