@@ -2,7 +2,7 @@
 #
 # demo/run.sh: the lockfence end-to-end demonstration, in one command.
 #
-# Run as root on a Debian 12 machine:   sudo demo/run.sh
+# Run as root on a Debian 12 machine:   demo/run.sh
 #
 # It installs what it needs with apt (only what is missing), builds and
 # installs lockfence into the PostgreSQL found through PG_CONFIG (default:
