@@ -189,6 +189,29 @@ $r = cycle($both, 'g7');
 is($r->{sqlstate}, '22023', 'password and password file both set: 22023') or diag explain $r;
 $both->quit;
 
+# --- the password file read in a quiet call never raises ------------------
+
+# A session holds a lock; its token becomes invalid and the password file
+# disappears; at exit the lease cleanup must fetch a token again, cannot
+# read the file, and gives up silently (the lease then expires by its
+# TTL): no ERROR or FATAL from that backend.
+my $q = LockfenceTest::EtcdCluster::session($node);
+my $qpid = try_sql($q, 'SELECT pg_backend_pid()')->{out};
+$r = try_sql($q, "SELECT token > 0 FROM lockfence.etcd_lock('q1', 5, '10s')");
+is($r->{out}, 't', 'quiet cleanup: the session holds a lock') or diag explain $r;
+move($pwfile, "$pwfile.away") or die "move: $!";
+$etcd->auth_disable;
+$etcd->auth_enable;
+$q->quit;
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $qpid"),
+	'quiet cleanup: the backend exited');
+move("$pwfile.away", $pwfile) or die "move: $!";
+my @qlines = grep { /\[$qpid\] .*(?:ERROR|FATAL|PANIC)/ } split /\n/, slurp_file($node->logfile);
+is_deeply(\@qlines, [], 'quiet cleanup: an unreadable password file at exit raises nothing');
+# The sessions that cached a token before auth was re-enabled fetch it again.
+is(cycle($s, 'q2')->{out}, 't', 'after the quiet cleanup: locking works again');
+
 # --- lockfence.etcd_password is never stored in a catalog ------------------
 
 my @stored = (
