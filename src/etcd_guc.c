@@ -261,8 +261,9 @@ etcd_guc_init(void)
  *
  * The permission rule is PostgreSQL's for ssl_key_file: owned by the
  * server's user with no group or other access, or owned by root with at
- * most group read.  One trailing run of newlines (\n or \r\n) is
- * stripped; a NUL byte or an empty password is refused.
+ * most group read.  Trailing newlines (\n or \r\n) are stripped; a zero
+ * byte or an empty password is refused.  O_NONBLOCK keeps a FIFO from
+ * blocking the open; it is then refused as not a regular file.
  */
 static PasswordFileResult
 read_password_file(const char *path, int *err)
@@ -276,7 +277,7 @@ read_password_file(const char *path, int *err)
 	*err = 0;
 	explicit_bzero(password_file_buf, sizeof(password_file_buf));
 
-	fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC, 0);
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | PG_BINARY, 0);
 	if (fd < 0)
 	{
 		*err = errno;
@@ -299,8 +300,8 @@ read_password_file(const char *path, int *err)
 #endif
 	else
 	{
-		/* read one byte more than allowed, to tell "too large" */
-		while (len <= ETCD_MAX_PASSWORD_FILE_BYTES)
+		/* read up to one byte more than allowed, to tell "too large" */
+		while (len < (ssize_t) sizeof(password_file_buf))
 		{
 			n = read(fd, password_file_buf + len,
 					 sizeof(password_file_buf) - len);
@@ -315,14 +316,6 @@ read_password_file(const char *path, int *err)
 			if (n == 0)
 				break;
 			len += n;
-			if (len == (ssize_t) sizeof(password_file_buf))
-			{
-				char		extra;
-
-				if (read(fd, &extra, 1) != 0)
-					result = PWFILE_TOO_LARGE;
-				break;
-			}
 		}
 	}
 	close(fd);

@@ -21,6 +21,7 @@ use strict;
 use warnings;
 
 use File::Copy;
+use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -181,6 +182,23 @@ write_pwfile("\n", 0600);
 $r = fresh_cycle('g5');
 is($r->{sqlstate}, 'F0000', 'empty password file: F0000') or diag explain $r;
 like($r->{detail} // '', qr/holds no password/, 'empty password file: the detail says so');
+
+write_pwfile('x' x 5000, 0600);
+$r = fresh_cycle('g8');
+is($r->{sqlstate}, 'F0000', 'password file over 4096 bytes: F0000') or diag explain $r;
+like($r->{detail} // '', qr/larger than 4096 bytes/, 'password file over 4096 bytes: the detail says so');
+
+write_pwfile("$pw2\0x\n", 0600);
+$r = fresh_cycle('g9');
+is($r->{sqlstate}, 'F0000', 'password file with a zero byte: F0000') or diag explain $r;
+
+unlink($pwfile) or die "unlink: $!";
+POSIX::mkfifo($pwfile, 0600) or die "mkfifo: $!";
+$r = fresh_cycle('g10');
+is($r->{sqlstate}, 'F0000', 'a FIFO as password file is refused at once, not waited on')
+  or diag explain $r;
+like($r->{detail} // '', qr/not a regular file/, 'a FIFO: the detail says so');
+unlink($pwfile) or die "unlink: $!";
 
 write_pwfile("$pw2\n", 0600);
 my $both = LockfenceTest::EtcdCluster::session($node);
