@@ -38,7 +38,7 @@ extern char *etcd_cafile;
 extern char *etcd_certfile;
 extern char *etcd_keyfile;
 extern char *etcd_user;
-extern char *etcd_password;
+extern const char *etcd_password(bool quiet);
 extern void etcd_guc_init(void);
 
 /* etcd_http.c: one HTTP exchange, driven by the backend's wait loop */

@@ -554,17 +554,21 @@ etcd_auth_token(bool quiet)
 	EtcdReply	reply;
 	char	   *token;
 	bool		ok;
+	const char *password;
 
 	if (etcd_user == NULL || etcd_user[0] == '\0')
 		return NULL;
 	if (auth_token)
 		return auth_token;
+	password = etcd_password(quiet);	/* NULL only when quiet */
+	if (password == NULL)
+		return NULL;
 
 	initStringInfo(&body);
 	appendStringInfoString(&body, "{\"name\":");
 	escape_json(&body, etcd_user);
 	appendStringInfoString(&body, ",\"password\":");
-	escape_json(&body, etcd_password ? etcd_password : "");
+	escape_json(&body, password);
 	appendStringInfoChar(&body, '}');
 
 	ok = etcd_call("/v3/auth/authenticate", body.data,

@@ -299,14 +299,79 @@ lockfence_log_wanted(void)
 }
 
 /*
+ * Append key=value to buf, after a space unless buf is empty, logfmt
+ * style: a log processor gets back exactly the value that was logged, and
+ * no caller can forge a field with a name holding quotes, spaces or
+ * newlines.  The value is quoted when always_quote is set (the documented
+ * form of the name fields) or when it is empty or holds a space, '=',
+ * '"', '\' or a control character.  Inside quotes '"' and '\' are
+ * escaped with a backslash; newline, carriage return and tab become \n,
+ * \r and \t, and any other control character becomes \u00XX.  Bytes of
+ * multibyte characters pass through.
+ */
+static void
+append_logfmt_field(StringInfo buf, const char *key, const char *value,
+					bool always_quote)
+{
+	const unsigned char *p;
+	bool		quote = always_quote || value[0] == '\0';
+
+	for (p = (const unsigned char *) value; !quote && *p; p++)
+	{
+		if (*p <= ' ' || *p == '=' || *p == '"' || *p == '\\' || *p == 0x7f)
+			quote = true;
+	}
+
+	if (buf->len > 0)
+		appendStringInfoChar(buf, ' ');
+	appendStringInfo(buf, "%s=", key);
+	if (!quote)
+	{
+		appendStringInfoString(buf, value);
+		return;
+	}
+
+	appendStringInfoChar(buf, '"');
+	for (p = (const unsigned char *) value; *p; p++)
+	{
+		switch (*p)
+		{
+			case '"':
+			case '\\':
+				appendStringInfoChar(buf, '\\');
+				appendStringInfoChar(buf, (char) *p);
+				break;
+			case '\n':
+				appendStringInfoString(buf, "\\n");
+				break;
+			case '\r':
+				appendStringInfoString(buf, "\\r");
+				break;
+			case '\t':
+				appendStringInfoString(buf, "\\t");
+				break;
+			default:
+				if (*p < ' ' || *p == 0x7f)
+					appendStringInfo(buf, "\\u%04x", (unsigned int) *p);
+				else
+					appendStringInfoChar(buf, (char) *p);
+				break;
+		}
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+/*
  * Emit the log line of one rejection at lockfence.log_rejections.  One
- * line, key=value, so that a log processor needs no DETAIL line:
+ * line in logfmt, so that a log processor needs no DETAIL line:
  *
  *	lockfence rejected a write: reason=... resource="..." token=... highest=...
  *	  [holder="..."] [highest_holder="..."] [table="..."]
  *	  application_name="..." pid=...
  *
- * token and highest are "none" when there is no such token.
+ * token and highest are "none" when there is no such token.  The name
+ * fields are always quoted and escaped (append_logfmt_field), so the line
+ * stays one line whatever the names hold.
  */
 static void
 lockfence_log_rejection(int sqlstate, const char *reason,
@@ -315,37 +380,41 @@ lockfence_log_rejection(int sqlstate, const char *reason,
 						bool has_highest, int64 highest,
 						const char *holder, const char *highest_holder)
 {
-	char		tokenbuf[32];
-	char		highestbuf[32];
-	StringInfoData extra;
+	char		numbuf[32];
+	StringInfoData fields;
 
 	if (!lockfence_log_wanted())
 		return;
 
+	initStringInfo(&fields);
+	append_logfmt_field(&fields, "reason", reason, false);
+	append_logfmt_field(&fields, "resource", resource, true);
 	if (has_token)
-		snprintf(tokenbuf, sizeof(tokenbuf), INT64_FORMAT, token);
+		snprintf(numbuf, sizeof(numbuf), INT64_FORMAT, token);
 	else
-		strlcpy(tokenbuf, "none", sizeof(tokenbuf));
+		strlcpy(numbuf, "none", sizeof(numbuf));
+	append_logfmt_field(&fields, "token", numbuf, false);
 	if (has_highest)
-		snprintf(highestbuf, sizeof(highestbuf), INT64_FORMAT, highest);
+		snprintf(numbuf, sizeof(numbuf), INT64_FORMAT, highest);
 	else
-		strlcpy(highestbuf, "none", sizeof(highestbuf));
-
-	initStringInfo(&extra);
+		strlcpy(numbuf, "none", sizeof(numbuf));
+	append_logfmt_field(&fields, "highest", numbuf, false);
 	if (holder != NULL)
-		appendStringInfo(&extra, " holder=\"%s\"", holder);
+		append_logfmt_field(&fields, "holder", holder, true);
 	if (highest_holder != NULL)
-		appendStringInfo(&extra, " highest_holder=\"%s\"", highest_holder);
+		append_logfmt_field(&fields, "highest_holder", highest_holder, true);
 	if (relname != NULL)
-		appendStringInfo(&extra, " table=\"%s\"", relname);
+		append_logfmt_field(&fields, "table", relname, true);
+	append_logfmt_field(&fields, "application_name",
+						application_name ? application_name : "", true);
+	snprintf(numbuf, sizeof(numbuf), "%d", MyProcPid);
+	append_logfmt_field(&fields, "pid", numbuf, false);
 
 	ereport(lockfence_log_rejections,
 			(errcode(sqlstate),
-			 errmsg("lockfence rejected a write: reason=%s resource=\"%s\" token=%s highest=%s%s application_name=\"%s\" pid=%d",
-					reason, resource, tokenbuf, highestbuf, extra.data,
-					application_name ? application_name : "", MyProcPid),
+			 errmsg("lockfence rejected a write: %s", fields.data),
 			 errhidestmt(true)));
-	pfree(extra.data);
+	pfree(fields.data);
 }
 
 /*
