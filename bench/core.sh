@@ -68,15 +68,14 @@ settle() {
 	psql_q -c "VACUUM $1" -c "CHECKPOINT" >/dev/null
 }
 
-cat >"$WORK/b1.sql.in" <<'EOF'
-\set r random(0, 249)
-\set id 4 * :r + :client_id
-\set tok 1000 + :client_id
-UPDATE TABLE SET val = val + 1, fence_token = :tok WHERE id = :id;
-EOF
 [ "$CLIENTS" = 4 ] || die "b1.sql assumes 4 clients"
 for v in "${VARIANTS[@]}"; do
-	sed "s/TABLE/b1_$v/" "$WORK/b1.sql.in" >"$WORK/b1_$v.sql"
+	{
+		echo '\set r random(0, 249)'
+		echo '\set id 4 * :r + :client_id'
+		echo '\set tok 1000 + :client_id'
+		bench_update "$v" "b1_$v" "'client-' || :client_id" :tok "id = :id"
+	} >"$WORK/b1_$v.sql"
 done
 chown postgres: "$WORK"/b1_*.sql
 
@@ -135,7 +134,7 @@ run_b3() {
 		"$BIN/psql" -X -q -v ON_ERROR_STOP=1 >"$WORK/b3.out" 2>"$WORK/b3.err" <<EOF ||
 BEGIN;
 \\timing on
-UPDATE bulk_$v SET val = val + 1, fence_token = 5000;
+$(bench_update "$v" "bulk_$v" "'bulk'" 5000)
 \\timing off
 COMMIT;
 EOF

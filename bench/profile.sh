@@ -72,7 +72,7 @@ repeat_stmt() {
 declare -A B1 B3
 for v in none lockfence plpgsql; do
 	# A prepared statement, as pgbench -M prepared runs it in core.sh.
-	prep="PREPARE u AS UPDATE b1_$v SET val = val + 1, fence_token = 1000 WHERE id = 0"
+	prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
 	{ echo "$prep"; repeat_stmt "$N1" "EXECUTE u"; } >"$WORK/p_b1_${v}_n1.sql"
 	{ echo "$prep"; repeat_stmt "$N2" "EXECUTE u"; } >"$WORK/p_b1_${v}_n2.sql"
 	i1=$(callgrind_run "b1_${v}_n1" "$WORK/p_b1_${v}_n1.sql")
@@ -82,7 +82,7 @@ for v in none lockfence plpgsql; do
 done
 
 for v in none lockfence plpgsql ctrig; do
-	echo "UPDATE bulk_$v SET val = val + 1, fence_token = 5000" >"$WORK/p_b3_$v.sql"
+	bench_update "$v" "bulk_$v" "'bulk'" 5000 >"$WORK/p_b3_$v.sql"
 	B3[$v]=$(callgrind_run "b3_$v" "$WORK/p_b3_$v.sql")
 	log "b3 $v: ${B3[$v]} instructions"
 done

@@ -102,6 +102,14 @@ SELECT lockfence.fence(repeat('x', 255), 1);
 SELECT lockfence.fence(repeat('x', 256), 1);
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT lockfence.fence(repeat('é', 128), 1);
+-- holder names have the same limit
+SELECT lockfence.fence('holders', 1, repeat('h', 255)) AS holder_255;
+SELECT lockfence.fence('holders', 1, repeat('h', 256));
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.try_fence('holders', 2, repeat('h', 256));
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.fence('holders', 2, repeat('é', 128));
+SELECT lockfence.current_token('holders');
 SELECT lockfence.fence('orders', 9223372036854775807) = 9223372036854775807 AS max_token;
 SELECT lockfence.current_token(NULL);
 SELECT lockfence.current_token('');

@@ -80,16 +80,22 @@ SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger
  WHERE tgrelid = 'accounts'::regclass ORDER BY tgname;
 
 INSERT INTO accounts VALUES (1, 'acme', 100, 10, 'w1');
+-- a later transaction presenting the token the fence records may have
+-- copied it: it must fence it first
 INSERT INTO accounts VALUES (2, 'acme', 100, 10, 'w1');
+BEGIN;
+SELECT lockfence.fence('tenant:acme', 10, 'w1');
+INSERT INTO accounts VALUES (2, 'acme', 100, 10, 'w1');
+COMMIT;
 INSERT INTO accounts VALUES (3, 'initech', 100, 1, NULL);
 SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
--- the token column counts only when the write sets it
+-- the token column counts only when the write changes it
 UPDATE accounts SET balance = 0 WHERE id = 1;
 UPDATE accounts SET balance = 50, fence_token = 10, fenced_by = 'w1' WHERE id = 1;
 -- a stale token in the row is rejected
 UPDATE accounts SET balance = 0, fence_token = 9 WHERE id = 1;
 -- an equal token from another holder is rejected
-UPDATE accounts SET balance = 0, fence_token = 10, fenced_by = 'w2' WHERE id = 1;
+INSERT INTO accounts VALUES (5, 'acme', 0, 10, 'w2');
 -- a newer holder takes over; the old one is locked out
 UPDATE accounts SET balance = 60, fence_token = 11, fenced_by = 'w2' WHERE tenant = 'acme';
 UPDATE accounts SET balance = 0, fence_token = 10, fenced_by = 'w1' WHERE id = 2;
@@ -121,6 +127,10 @@ TRUNCATE accounts;
 INSERT INTO accounts VALUES (1, 'acme', 70, 11, 'w2')
     ON CONFLICT (id) DO UPDATE SET balance = excluded.balance;
 INSERT INTO accounts VALUES (1, 'acme', 70, 11, 'w2')
+    ON CONFLICT (id) DO UPDATE SET balance = excluded.balance,
+                                   fence_token = excluded.fence_token,
+                                   fenced_by = excluded.fenced_by;
+INSERT INTO accounts VALUES (1, 'acme', 70, 12, 'w2')
     ON CONFLICT (id) DO UPDATE SET balance = excluded.balance,
                                    fence_token = excluded.fence_token,
                                    fenced_by = excluded.fenced_by;
@@ -212,8 +222,10 @@ DELETE FROM ledger WHERE id = 10;
 ALTER TABLE ledger ENABLE TRIGGER fence;
 DELETE FROM ledger WHERE id = 11;
 
--- 4. MERGE names the token column for all its UPDATE actions at once, so a
--- carried-over token must not count as the writer's
+-- 4. what counts as a row token: an INSERT's non-NULL token, or an UPDATE
+-- that changes the token.  An unchanged token presents nothing, whatever
+-- the statement; a token equal to the fence counts only if this
+-- transaction fenced it (otherwise it may be a copy).
 CREATE TABLE macct (id int PRIMARY KEY, res text, tok bigint, data text);
 SELECT lockfence.protect('macct', resource_column => 'res', token_column => 'tok');
 INSERT INTO macct VALUES (1, 'm1', 20, 'a'), (2, 'm1', 20, 'b');
@@ -244,19 +256,134 @@ MERGE INTO macct a USING (VALUES (2)) s(id) ON a.id = s.id
     WHEN MATCHED THEN UPDATE SET data = 'same token, fenced', tok = 21;
 COMMIT;
 \c
--- a plain UPDATE that names the token column is the writer's, even as the
--- first statement of a session
+-- a plain UPDATE, as the first statement of a session, that changes the
+-- token to the fence's (here row 2's token) needs the transaction's fence
 UPDATE macct SET data = 'plain update', tok = 21 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM macct ORDER BY id;
 
--- an UPDATE inside WITH is not a plain UPDATE: a changed token counts, an
--- unchanged one needs the transaction's fence
+-- an UPDATE inside WITH: a higher token counts, an unchanged one needs the
+-- transaction's fence
 WITH u AS (UPDATE macct SET data = 'cte', tok = 22 WHERE id = 1 RETURNING tok)
 SELECT tok FROM u;
 WITH u AS (UPDATE macct SET data = 'cte again', tok = 22 WHERE id = 1 RETURNING tok)
 SELECT tok FROM u;
 \echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.current_token('m1');
+
+-- the decision does not depend on when the library was loaded: here a
+-- MERGE nested in a function called by an INSERT loads it (the INSERT's
+-- portal says nothing about the MERGE), and its unchanged token presents
+-- nothing, before and after the library is loaded
+CREATE TABLE mrow (id int PRIMARY KEY, tok bigint, v int);
+SELECT lockfence.protect('mrow', resource => 'mres', token_column => 'tok');
+INSERT INTO mrow VALUES (1, 50, 0);
+CREATE TABLE side (a int, b int);
+CREATE FUNCTION do_merge() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+    MERGE INTO mrow m USING (VALUES (1)) s(id) ON m.id = s.id
+        WHEN MATCHED AND false THEN UPDATE SET tok = 51
+        WHEN MATCHED THEN UPDATE SET v = 666;
+    RETURN 1;
+END
+$$;
+\c
+INSERT INTO side SELECT do_merge(), do_merge();
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO side SELECT do_merge(), do_merge();
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM mrow;
+SELECT count(*) FROM side;
+
+-- carried-over tokens (an ORM that loads a row and saves every column,
+-- INSERT ... SELECT of the token column, a subquery reading another row's
+-- token) are refused unless this transaction fenced the token
+CREATE TABLE orm (id int PRIMARY KEY, tok bigint, who text, v int);
+SELECT lockfence.protect('orm', resource => 'orm', token_column => 'tok',
+                         holder_column => 'who');
+INSERT INTO orm VALUES (1, 30, NULL, 1);
+INSERT INTO orm VALUES (2, 31, NULL, 2);
+BEGIN;
+SELECT lockfence.fence('orm', 31);
+INSERT INTO orm VALUES (3, NULL, NULL, 3);
+COMMIT;
+SELECT lockfence.current_token('orm');
+UPDATE orm SET v = 666, tok = tok WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO orm SELECT id + 10, tok, who, 666 FROM orm WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE orm SET v = 666, tok = (SELECT max(tok) FROM orm) WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE orm SET v = 666, tok = (SELECT max(tok) FROM orm) WHERE id = 3;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM orm ORDER BY id;
+-- the same writes, after fence() in the same transaction
+BEGIN;
+SELECT lockfence.fence('orm', 31);
+UPDATE orm SET v = 666, tok = tok WHERE id = 2;
+INSERT INTO orm SELECT id + 10, tok, who, 666 FROM orm WHERE id = 2;
+UPDATE orm SET v = 666, tok = (SELECT max(tok) FROM orm) WHERE id IN (1, 3);
+COMMIT;
+SELECT * FROM orm ORDER BY id;
+-- a holder writes the same row many times in one transaction: one fence(),
+-- then every write is answered from the transaction's cache
+BEGIN;
+SELECT lockfence.fence('orm', 31);
+DO $$
+BEGIN
+    FOR i IN 1..200 LOOP
+        UPDATE orm SET v = v + 1, tok = 31 WHERE id = 1;
+        UPDATE orm SET v = v + 1 WHERE id = 2;
+    END LOOP;
+END
+$$;
+COMMIT;
+SELECT id, v FROM orm WHERE id IN (1, 2) ORDER BY id;
+-- a higher token advances the fence without fence(), and the transaction's
+-- later rows may present it again
+BEGIN;
+UPDATE orm SET tok = 32 WHERE id = 1;
+UPDATE orm SET tok = 32 WHERE id = 2;
+INSERT INTO orm VALUES (4, 32, NULL, 4);
+COMMIT;
+SELECT lockfence.current_token('orm');
+-- a lower one is stale
+UPDATE orm SET tok = 31 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO orm VALUES (5, 5, NULL, 5);
+\echo :LAST_ERROR_SQLSTATE
+-- a savepoint rolled back forgets a fence established inside it, by a row
+-- or by fence()
+BEGIN;
+SAVEPOINT s;
+UPDATE orm SET tok = 33 WHERE id = 1;
+ROLLBACK TO SAVEPOINT s;
+INSERT INTO orm VALUES (5, 32, NULL, 5);
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT lockfence.fence('orm', 32);
+ROLLBACK TO SAVEPOINT s;
+INSERT INTO orm VALUES (5, 32, NULL, 5);
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT lockfence.fence('orm', 32);
+RELEASE SAVEPOINT s;
+INSERT INTO orm VALUES (5, 32, NULL, 5);
+COMMIT;
+-- holders: an equal token from another holder is a conflict (LF001), from
+-- the same holder a possible copy (LF002)
+INSERT INTO orm VALUES (6, 40, 'h1', 6);
+INSERT INTO orm VALUES (7, 40, 'h2', 7);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO orm VALUES (7, 40, 'h1', 7);
+\echo :LAST_ERROR_SQLSTATE
+-- holder names are limited like resource names
+INSERT INTO orm VALUES (8, 41, repeat('h', 256), 8);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO orm VALUES (8, 41, repeat('h', 255), 8);
+SELECT resource, token, length(holder) FROM lockfence.fences WHERE resource = 'orm';
 
 -- 5. columns that cannot serve
 CREATE TABLE ev (day timestamptz, tok bigint, v int);

@@ -8,6 +8,12 @@
  * already fenced the same token for the resource (its row is locked by us
  * until we end), and from the fence table otherwise.
  *
+ * fence() and try_fence() accept a token equal to the recorded fence: the
+ * caller says it holds the lock that token came from.  The trigger asks
+ * for more of a token it finds in a row (must_advance): a value equal to
+ * the fence may have been copied from the table, so unless this
+ * transaction fenced it already, only a higher token counts there.
+ *
  * IDENTIFICATION
  *	  src/fence.c
  *
@@ -47,6 +53,23 @@ lockfence_validate_resource(const char *resource)
 }
 
 /*
+ * Reject an over-long holder name: holders are echoed in errors and in the
+ * rejection log, and stored in the fence table.
+ */
+void
+lockfence_validate_holder(const char *holder)
+{
+	size_t		len = strlen(holder);
+
+	if (len > LOCKFENCE_MAX_HOLDER_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("fencing holder name is too long"),
+				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
+						   len, LOCKFENCE_MAX_HOLDER_BYTES)));
+}
+
+/*
  * Reject a negative token: lock services hand out non-negative ones, and a
  * negative token is a sign of a bug in the caller.
  */
@@ -67,6 +90,9 @@ void
 lockfence_report_rejection(const char *resource, int64 token,
 						   const char *holder, const FenceOutcome *outcome)
 {
+	Assert(outcome->verdict == FENCE_STALE ||
+		   outcome->verdict == FENCE_HOLDER_CONFLICT);
+
 	if (outcome->verdict == FENCE_HOLDER_CONFLICT)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCKFENCE_STALE_TOKEN),
@@ -85,45 +111,66 @@ lockfence_report_rejection(const char *resource, int64 token,
 }
 
 /*
- * Check token (with an optional holder) for resource in the current
- * transaction.  On acceptance the fence is advanced if the token is higher
- * and the fence row stays locked until the transaction ends.  On rejection,
- * raise an error if raise_error, else return false.
+ * Has this transaction already fenced resource with token, for a holder
+ * compatible with holder?  Then its fence row is locked by us, and the
+ * check needs no table access.
  */
-bool
-lockfence_check(const char *resource, int64 token, const char *holder,
-				bool raise_error)
+static bool
+fence_cache_covers(const char *resource, int64 token, const char *holder)
 {
 	int64		cached_token;
 	const char *cached_holder;
-	FenceOutcome outcome;
 
-	lockfence_validate_resource(resource);
-	lockfence_validate_token(token);
-
-	if (fence_cache_lookup(resource, &cached_token, &cached_holder) &&
+	return fence_cache_lookup(resource, &cached_token, &cached_holder) &&
 		cached_token == token &&
 		(cached_holder == NULL || holder == NULL ||
-		 strcmp(cached_holder, holder) == 0))
+		 strcmp(cached_holder, holder) == 0);
+}
+
+/*
+ * Check token (with an optional holder) for resource in the current
+ * transaction.  On acceptance the fence is advanced if the token is higher
+ * and the fence row stays locked until the transaction ends.  With
+ * must_advance, a token equal to the recorded fence that this transaction
+ * has not fenced yet is refused (FENCE_NOT_ADVANCED).
+ *
+ * Returns the verdict, with the fence as it stands in *outcome (not filled
+ * when answered from the cache).  Stale tokens and holder conflicts are
+ * counted and logged here, once; raising is the caller's choice.
+ */
+FenceVerdict
+lockfence_check(const char *resource, int64 token, const char *holder,
+				bool must_advance, FenceOutcome *outcome)
+{
+	lockfence_validate_resource(resource);
+	lockfence_validate_token(token);
+	if (holder != NULL)
+		lockfence_validate_holder(holder);
+
+	if (fence_cache_covers(resource, token, holder))
 	{
 		lockfence_metrics_fence_accepted();
-		return true;
+		return FENCE_ACCEPTED;
 	}
 
-	fence_store_check(resource, token, holder, &outcome);
+	fence_store_check(resource, token, holder, must_advance, outcome);
 
-	if (outcome.verdict == FENCE_ACCEPTED)
+	switch (outcome->verdict)
 	{
-		fence_cache_remember(resource, outcome.highest, outcome.highest_holder);
-		lockfence_metrics_fence_accepted();
-		return true;
+		case FENCE_ACCEPTED:
+			fence_cache_remember(resource, outcome->highest,
+								 outcome->highest_holder);
+			lockfence_metrics_fence_accepted();
+			break;
+		case FENCE_STALE:
+		case FENCE_HOLDER_CONFLICT:
+			lockfence_metrics_fence_rejected(resource, token, holder, outcome);
+			break;
+		case FENCE_NOT_ADVANCED:
+			/* the caller reports it as a write without a token */
+			break;
 	}
-
-	/* counted and logged once, raised or not */
-	lockfence_metrics_fence_rejected(resource, token, holder, &outcome);
-	if (raise_error)
-		lockfence_report_rejection(resource, token, holder, &outcome);
-	return false;
+	return outcome->verdict;
 }
 
 /*
@@ -161,9 +208,12 @@ lockfence_fence(PG_FUNCTION_ARGS)
 	char	   *resource;
 	int64		token;
 	char	   *holder;
+	FenceOutcome outcome;
 
 	fence_args(fcinfo, &resource, &token, &holder);
-	lockfence_check(resource, token, holder, true);
+	if (lockfence_check(resource, token, holder, false, &outcome) !=
+		FENCE_ACCEPTED)
+		lockfence_report_rejection(resource, token, holder, &outcome);
 	PG_RETURN_INT64(token);
 }
 
@@ -179,9 +229,11 @@ lockfence_try_fence(PG_FUNCTION_ARGS)
 	char	   *resource;
 	int64		token;
 	char	   *holder;
+	FenceOutcome outcome;
 
 	fence_args(fcinfo, &resource, &token, &holder);
-	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false));
+	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false,
+								   &outcome) == FENCE_ACCEPTED);
 }
 
 /*

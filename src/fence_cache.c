@@ -7,7 +7,9 @@
  * by this transaction until it ends, so the same check can be answered
  * without touching the table again: that keeps bulk writes to protected
  * tables cheap.  The protected-table trigger also reads the cache to find
- * the token a transaction established with lockfence.fence().
+ * the token a transaction established with lockfence.fence() or with an
+ * earlier row: it is the only way a row token equal to the recorded fence
+ * is accepted, since such a token may have been copied from the table.
  *
  * The cache must be exactly as transactional as the row locks it stands
  * for.  Each resource therefore has a stack of versions, each tagged with

@@ -4,11 +4,12 @@
  *	  The common fence check without SPI: an equal token, uncontended.
  *
  * Most checks that miss the transaction's cache present the token already
- * recorded for the resource: a lock holder's first write in each of its
- * transactions.  For those, planning and executing a SELECT ... FOR SHARE
- * through SPI costs more than the check itself, so this file looks the row
- * up through the primary key index and share-locks exactly the version it
- * has judged, without waiting.
+ * recorded for the resource: a lock holder's lockfence.fence() at the start
+ * of each of its transactions.  (A token the trigger finds in a row must
+ * advance the fence, so it never comes here.)  For those, planning and
+ * executing a SELECT ... FOR SHARE through SPI costs more than the check
+ * itself, so this file looks the row up through the primary key index and
+ * share-locks exactly the version it has judged, without waiting.
  *
  * It only ever answers "accepted".  Anything else (no row, another token
  * or holder, a row updated since our snapshot, or a row locked by an

@@ -17,6 +17,11 @@
  *	- A higher token takes FOR NO KEY UPDATE and advances the row, after
  *	  every sharer of the old token and any other advancer have ended.
  *	- A lower token is rejected from a plain read and locks nothing.
+ *	- When the caller requires an advance (a token the trigger found in a
+ *	  row, which may be a copy of the recorded one), an equal token is
+ *	  refused like a lower one: from a plain read, locking nothing.  A
+ *	  competitor that advanced to the same token first makes us wait for it
+ *	  as any advancer does, and then see the token as equal.
  *
  * A statement that waits for another transaction's row lock locks the
  * newest row version before re-checking its WHERE clause, and keeps that
@@ -213,15 +218,22 @@ holders_conflict(const char *recorded, const char *presented)
 		strcmp(recorded, presented) != 0;
 }
 
-/* Judge a token against the row just read into outcome. */
+/*
+ * Judge a token against the row just read into outcome.  A holder conflict
+ * is reported before a missing advance: it is the same verdict fence()
+ * gives for that token.
+ */
 static void
-fence_judge(FenceOutcome *outcome, int64 token, const char *holder)
+fence_judge(FenceOutcome *outcome, int64 token, const char *holder,
+			bool must_advance)
 {
 	if (token < outcome->highest)
 		outcome->verdict = FENCE_STALE;
 	else if (token == outcome->highest &&
 			 holders_conflict(outcome->highest_holder, holder))
 		outcome->verdict = FENCE_HOLDER_CONFLICT;
+	else if (token == outcome->highest && must_advance)
+		outcome->verdict = FENCE_NOT_ADVANCED;
 	else
 		outcome->verdict = FENCE_ACCEPTED;
 }
@@ -316,12 +328,14 @@ fence_accept_advance(FenceOutcome *outcome, int64 token, const char *holder,
 
 /*
  * Check token for resource against the fence table in the current
- * transaction, advancing the fence when the token is higher.  The verdict
+ * transaction, advancing the fence when the token is higher.  With
+ * must_advance, only an advance (or a resource's first token) is accepted:
+ * an equal token gets FENCE_NOT_ADVANCED and locks nothing.  The verdict
  * and the fence as it stands afterwards are returned in *outcome.
  */
 void
 fence_store_check(const char *resource, int64 token, const char *holder,
-				  FenceOutcome *outcome)
+				  bool must_advance, FenceOutcome *outcome)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
@@ -331,7 +345,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	PreventCommandDuringRecovery("lockfence.fence()");
 
 	/* The common case, served without SPI when nothing stands in the way. */
-	if (fence_fastpath_share_equal(resource, token, holder, outcome))
+	if (!must_advance &&
+		fence_fastpath_share_equal(resource, token, holder, outcome))
 		return;
 
 	fence_store_enter(&state);
@@ -341,7 +356,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		CHECK_FOR_INTERRUPTS();
 
 		/* The common case: the token recorded, by a compatible holder. */
-		if (fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
+		if (!must_advance &&
+			fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
 		{
 			fence_fetch_row(outcome, callercxt);
 			outcome->verdict = FENCE_ACCEPTED;
@@ -359,9 +375,12 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 			continue;
 		}
 
-		/* Lower, or equal from another holder: reject, lock nothing. */
+		/*
+		 * Lower, equal from another holder, or equal where an advance is
+		 * required: reject, lock nothing.
+		 */
 		fence_fetch_row(outcome, callercxt);
-		fence_judge(outcome, token, holder);
+		fence_judge(outcome, token, holder, must_advance);
 		if (outcome->verdict != FENCE_ACCEPTED)
 			break;
 

@@ -14,11 +14,28 @@
  *							  new row (else: this transaction's fence);
  *	holder_column=COL		the holder comes from the row's COL.
  *
- * The token of a row counts only if the write sets it: the token column of
- * an INSERT, or a token column named in an UPDATE's SET list.  A value the
- * UPDATE merely carries over from the old row proves nothing about the
- * writer.  Rows without a token use the token this transaction fenced for
- * the resource with lockfence.fence(); a write with neither is rejected.
+ * A token must come from the writer.  A row PRESENTS a token when it is an
+ * INSERT whose token column is not NULL, or an UPDATE whose new token
+ * differs from the old row's (NULL to a value counts).  An UPDATE that
+ * leaves the token unchanged presents none, whatever its SET list names:
+ * the decision looks only at the two row versions, never at the kind of
+ * statement (plain UPDATE, MERGE, WITH, ON CONFLICT, nested in a function),
+ * which a trigger cannot reliably know.
+ *
+ * A presented token is accepted when this transaction has already fenced
+ * the resource with it (lockfence.fence() or an earlier row), or when it is
+ * higher than the recorded fence, or the resource has none (it advances
+ * the fence).  A presented token EQUAL to the fence and not fenced by this
+ * transaction may be a copy of a stored value (an ORM saving every column
+ * it loaded, INSERT ... SELECT of the token column, a subquery reading
+ * another row's token): it is refused as a missing token (LF002).  A lower
+ * token is stale (LF001).
+ *
+ * A row that presents no token (and every DELETE and TRUNCATE) uses the
+ * token this transaction fenced for the resource; without one the write is
+ * rejected (LF002).  So a holder writing under one lock across many
+ * transactions calls lockfence.fence() once at the start of each, after
+ * which every row is a hash lookup in the transaction's cache.
  *
  * The same validation runs when the trigger is created (from the
  * extension's event trigger, through lockfence.check_trigger()) and on the
@@ -34,21 +51,16 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/sysattr.h"
 #include "access/table.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "executor/executor.h"
 #include "fmgr.h"
-#include "nodes/bitmapset.h"
 #include "parser/parse_relation.h"
-#include "tcop/pquery.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
-#include "utils/portal.h"
 #include "utils/rel.h"
 
 #include "lockfence.h"
@@ -355,41 +367,76 @@ fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
 }
 
 /*
+ * A presented token equal to the recorded fence, which this transaction has
+ * not fenced: refused like a missing token, since it may be a copy.
+ */
+static void
+fence_trigger_report_copied(FenceTriggerConfig *config, Relation rel,
+							const char *resource, int64 token)
+{
+	lockfence_metrics_missing_token(RelationGetRelationName(rel), resource);
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+			 errmsg("write to protected table \"%s\" carries no fencing token",
+					RelationGetRelationName(rel)),
+			 errdetail("Token " INT64_FORMAT " in column \"%s\" equals the current fence of resource \"%s\" and was not fenced in this transaction, so it may have been copied from the table.",
+					   token, config->token_column, resource),
+			 errhint("Call lockfence.fence(%s, " INT64_FORMAT ") in this transaction before writing.",
+					 quote_literal_cstr(resource), token)));
+}
+
+/*
+ * The holder named by a row, or NULL.
+ */
+static const char *
+fence_trigger_holder(FenceTriggerConfig *config, HeapTuple tuple,
+					 TupleDesc tupdesc)
+{
+	bool		isnull;
+	Datum		value;
+
+	if (config->holder_attnum == 0)
+		return NULL;
+	value = heap_getattr(tuple, config->holder_attnum, tupdesc, &isnull);
+	return isnull ? NULL : OutputFunctionCall(&config->holder_out, value);
+}
+
+/*
  * Fence one resource for a row write.  The token is the row's own when the
- * write sets one (token_column), else this transaction's for the resource.
- * Returns true only when a token was accepted; every other path raises.
+ * write presents one (see fence_trigger_presented_token), else this
+ * transaction's for the resource.  Returns true only when a token was
+ * accepted; every other path raises.
  */
 static bool
 fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
-				  HeapTuple tuple, const char *resource, bool row_sets_token)
+				  HeapTuple tuple, const char *resource, bool presented,
+				  int64 token)
 {
-	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	int64		token;
-	const char *holder = NULL;
+	Relation	rel = trigdata->tg_relation;
+	const char *holder;
+	FenceOutcome outcome;
 
-	if (row_sets_token)
+	if (presented)
 	{
-		bool		isnull;
-		Datum		value;
-
-		value = heap_getattr(tuple, config->token_attnum, tupdesc, &isnull);
-		if (!isnull)
+		holder = fence_trigger_holder(config, tuple, RelationGetDescr(rel));
+		switch (lockfence_check(resource, token, holder, true, &outcome))
 		{
-			token = DatumGetInt64(value);
-			if (config->holder_attnum != 0)
-			{
-				value = heap_getattr(tuple, config->holder_attnum, tupdesc,
-									 &isnull);
-				if (!isnull)
-					holder = OutputFunctionCall(&config->holder_out, value);
-			}
-			return lockfence_check(resource, token, holder, true);
+			case FENCE_ACCEPTED:
+				return true;
+			case FENCE_NOT_ADVANCED:
+				fence_trigger_report_copied(config, rel, resource, token);
+				break;
+			case FENCE_STALE:
+			case FENCE_HOLDER_CONFLICT:
+				lockfence_report_rejection(resource, token, holder, &outcome);
+				break;
 		}
+		return false;
 	}
 
 	if (fence_cache_lookup(resource, &token, &holder))
 		return true;
-	fence_trigger_report_missing(config, trigdata->tg_relation, resource);
+	fence_trigger_report_missing(config, rel, resource);
 	return false;
 }
 
@@ -412,74 +459,17 @@ fence_trigger_require_fenced(bool fenced, Relation rel)
 }
 
 /*
- * The operation of the innermost statement being executed, tracked by an
- * ExecutorRun hook; CMD_UNKNOWN when the library was loaded by (a trigger
- * of) the statement now running, so that the hook missed its start.
- */
-static CmdType running_operation = CMD_UNKNOWN;
-static ExecutorRun_hook_type prev_ExecutorRun = NULL;
-
-static void
-fence_trigger_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction,
-						  uint64 count, bool execute_once)
-{
-	CmdType		save_operation = running_operation;
-
-	running_operation = queryDesc->operation;
-	PG_TRY();
-	{
-		if (prev_ExecutorRun)
-			prev_ExecutorRun(queryDesc, direction, count, execute_once);
-		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
-	}
-	PG_FINALLY();
-	{
-		running_operation = save_operation;
-	}
-	PG_END_TRY();
-}
-
-/*
- * Install the ExecutorRun hook; called once from _PG_init.
- */
-void
-fence_trigger_init(void)
-{
-	prev_ExecutorRun = ExecutorRun_hook;
-	ExecutorRun_hook = fence_trigger_ExecutorRun;
-}
-
-/*
- * Is the running statement known to be a plain UPDATE (or INSERT ... ON
- * CONFLICT DO UPDATE), whose updated-columns set is its own SET list?
- * MERGE reports the union of all its UPDATE actions' columns, so there a
- * column in the set may not have been set by the action that ran.
- */
-static bool
-fence_trigger_update_cols_exact(void)
-{
-	if (running_operation != CMD_UNKNOWN)
-		return running_operation == CMD_UPDATE ||
-			running_operation == CMD_INSERT;
-
-	/* Loaded mid-statement: trust only a top-level UPDATE or INSERT. */
-	return ActivePortal != NULL &&
-		(ActivePortal->commandTag == CMDTAG_UPDATE ||
-		 ActivePortal->commandTag == CMDTAG_INSERT);
-}
-
-/*
- * Does this write set the token column itself?
+ * Does this write present a token of its own, and which?
  *
- * An INSERT's row is the writer's.  An UPDATE's token counts only if the
- * UPDATE names the column: a value merely carried over from the old row
- * proves nothing about the writer.  A changed value was certainly written
- * by this statement; an unchanged one only if the statement is known to
- * name the column (see fence_trigger_update_cols_exact).
+ * An INSERT presents its token column unless it is NULL.  An UPDATE
+ * presents it only when it changed: an unchanged value may have been
+ * carried over (SET tok = tok, an ORM saving every column, a MERGE action
+ * that did not run), and nothing in a row trigger says reliably which
+ * statement named the column.  A DELETE presents nothing.
  */
 static bool
-fence_trigger_sets_token(FenceTriggerConfig *config, TriggerData *trigdata)
+fence_trigger_presented_token(FenceTriggerConfig *config,
+							  TriggerData *trigdata, int64 *token)
 {
 	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
 	bool		oldnull;
@@ -487,23 +477,26 @@ fence_trigger_sets_token(FenceTriggerConfig *config, TriggerData *trigdata)
 	Datum		oldvalue;
 	Datum		newvalue;
 
-	if (config->token_attnum == 0)
-		return false;
-	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		return true;
-	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
-		!bms_is_member(config->token_attnum - FirstLowInvalidHeapAttributeNumber,
-					   trigdata->tg_updatedcols))
+	if (config->token_attnum == 0 || TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 		return false;
 
-	oldvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
-							tupdesc, &oldnull);
-	newvalue = heap_getattr(trigdata->tg_newtuple, config->token_attnum,
-							tupdesc, &newnull);
-	if (oldnull != newnull ||
-		(!newnull && DatumGetInt64(oldvalue) != DatumGetInt64(newvalue)))
-		return true;
-	return fence_trigger_update_cols_exact();
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		newvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
+								tupdesc, &newnull);
+	else
+	{
+		newvalue = heap_getattr(trigdata->tg_newtuple, config->token_attnum,
+								tupdesc, &newnull);
+		oldvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
+								tupdesc, &oldnull);
+		if (!newnull && !oldnull &&
+			DatumGetInt64(oldvalue) == DatumGetInt64(newvalue))
+			return false;
+	}
+	if (newnull)
+		return false;
+	*token = DatumGetInt64(newvalue);
+	return true;
 }
 
 /*
@@ -539,6 +532,8 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	HeapTuple	tuple;
 	char	   *resource;
+	bool		presented;
+	int64		token = 0;
 	bool		fenced;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
@@ -558,7 +553,6 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 	{
-		int64		token;
 		const char *holder;
 
 		if (config->resource == NULL)
@@ -581,8 +575,9 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 
 	resource = fence_trigger_resource(config, tuple, tupdesc);
-	fenced = fence_trigger_row(config, trigdata, tuple, resource,
-							   fence_trigger_sets_token(config, trigdata));
+	presented = fence_trigger_presented_token(config, trigdata, &token);
+	fenced = fence_trigger_row(config, trigdata, tuple, resource, presented,
+							   token);
 
 	/*
 	 * A row moving to another resource must be fenced for both.  Most
@@ -599,7 +594,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 		if (strcmp(old_resource, resource) != 0)
 			fenced = fence_trigger_row(config, trigdata,
 									   trigdata->tg_trigtuple,
-									   old_resource, false) && fenced;
+									   old_resource, false, 0) && fenced;
 	}
 
 	fence_trigger_require_fenced(fenced, trigdata->tg_relation);

@@ -4,7 +4,9 @@
  *	  Module initialization of the lockfence extension.
  *
  * The fence itself needs no preloading: _PG_init only registers the
- * per-transaction cache callbacks and the configuration parameters.  The
+ * per-transaction cache callbacks and the configuration parameters.  It
+ * installs no executor hook, so that nothing the trigger decides depends
+ * on whether the library was loaded before or during a statement.  The
  * metrics (metrics.c) need shared memory, so they exist only when the
  * library is in shared_preload_libraries.
  *
@@ -32,7 +34,6 @@ void
 _PG_init(void)
 {
 	fence_cache_init();
-	fence_trigger_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
 

@@ -26,12 +26,18 @@
 /* Longest resource name accepted, in bytes (documented in README.md). */
 #define LOCKFENCE_MAX_RESOURCE_BYTES	255
 
+/* Longest holder name accepted, in bytes: the same limit as resources. */
+#define LOCKFENCE_MAX_HOLDER_BYTES		255
+
 /* Outcome of checking a token against the recorded fence. */
 typedef enum FenceVerdict
 {
 	FENCE_ACCEPTED,				/* token >= highest, holder compatible */
 	FENCE_STALE,				/* token < highest accepted */
-	FENCE_HOLDER_CONFLICT		/* token == highest, other holder */
+	FENCE_HOLDER_CONFLICT,		/* token == highest, other holder */
+	FENCE_NOT_ADVANCED			/* token == highest, but an advance was
+								 * required (a row token not fenced by this
+								 * transaction may be a copy) */
 } FenceVerdict;
 
 /* What the fence table said about a check; filled for every verdict. */
@@ -45,15 +51,18 @@ typedef struct FenceOutcome
 /* fence.c */
 extern void lockfence_validate_resource(const char *resource);
 extern void lockfence_validate_token(int64 token);
-extern bool lockfence_check(const char *resource, int64 token,
-							const char *holder, bool raise_error);
+extern void lockfence_validate_holder(const char *holder);
+extern FenceVerdict lockfence_check(const char *resource, int64 token,
+									const char *holder, bool must_advance,
+									FenceOutcome *outcome);
 extern void lockfence_report_rejection(const char *resource, int64 token,
 									   const char *holder,
 									   const FenceOutcome *outcome);
 
 /* fence_store.c: the fence table, read and written through SPI */
 extern void fence_store_check(const char *resource, int64 token,
-							  const char *holder, FenceOutcome *outcome);
+							  const char *holder, bool must_advance,
+							  FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
 extern bool fence_store_delete(const char *resource);
 
@@ -61,9 +70,6 @@ extern bool fence_store_delete(const char *resource);
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
 									   FenceOutcome *outcome);
-
-/* fence_trigger.c */
-extern void fence_trigger_init(void);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);

@@ -113,8 +113,10 @@ like(
 	'the trigger rejects a write without a token after the crash');
 is( $node->safe_psql(
 		'postgres', q{
+	BEGIN;
 	SELECT lockfence.fence('shop', 50);
 	INSERT INTO items VALUES (6, 'current', 50);
+	COMMIT;
 	SELECT lockfence.fence('new', 1);
 }),
 	"50\n1",

@@ -123,6 +123,7 @@ sub check_copy
 	is( $node->safe_psql(
 			$db, q{
 		BEGIN;
+		SELECT lockfence.fence('shop', 20);
 		INSERT INTO items VALUES (3, 'current', 20);
 		SELECT lockfence.fence('acct:alice', 3, 'h1');
 		UPDATE accounts SET balance = balance + 1 WHERE name = 'alice';
@@ -130,7 +131,7 @@ sub check_copy
 		COMMIT;
 		SELECT lockfence.current_token('shop');
 	}),
-		"3\n21",
+		"20\n3\n21",
 		"$label: current and newer tokens are accepted");
 	like(
 		$sql_error->("SELECT lockfence.fence('shop', 20)"),
