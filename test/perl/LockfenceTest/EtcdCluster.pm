@@ -479,6 +479,22 @@ sub key_info
 
 =pod
 
+=item wait_for_keys(prefix, n, seconds)
+
+Poll until exactly n keys exist under prefix (default deadline 30 s), for
+instance until waiters have queued their lock keys; true if they did.
+
+=cut
+
+sub wait_for_keys
+{
+	my ($self, $prefix, $n, $seconds) = @_;
+	return poll_until($seconds // 30,
+		sub { scalar($self->keys($prefix)) == $n });
+}
+
+=pod
+
 =item start_etcdctl_lock(name, command, lock options...)
 
 Start "etcdctl lock NAME -- sh -c 'echo LOCKED; COMMAND'" in the
@@ -756,7 +772,8 @@ Kill every member (SIGTERM, then SIGKILL after 5 s).
 sub stop
 {
 	my ($self) = @_;
-	my @pids = grep { defined } map { $_->{pid} } @{ $self->{member} };
+	# (members END already stopped are no longer in %live_pids)
+	my @pids = grep { defined && $live_pids{$_} } map { $_->{pid} } @{ $self->{member} };
 	_kill_all(@pids);
 	$_->{pid} = undef for @{ $self->{member} };
 	return;
@@ -791,6 +808,9 @@ sub _kill_all
 sub DESTROY
 {
 	my ($self) = @_;
+	# An object destroyed at global destruction, after END, must not change
+	# the test's exit status (waitpid sets $?).
+	local $?;
 	# Only the process that started the members may stop them.
 	$self->stop if $self->{owner_pid} && $self->{owner_pid} == $$;
 }
