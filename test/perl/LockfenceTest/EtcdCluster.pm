@@ -16,7 +16,15 @@ LockfenceTest::EtcdCluster - start real etcd members for lockfence tests
   $etcd->kill_member($i);               # SIGKILL, as in a crash
   $etcd->restart_member($i);
   $etcd->etcdctl('put', 'k', 'v');      # as root when auth is on
+  my @keys = $etcd->keys('job/');       # keys under a prefix
+  my @leases = $etcd->leases;           # live lease IDs, hex as in lock keys
+  my $h = $etcd->start_etcdctl_lock('job', 'sleep 30');  # background holder
   $etcd->stop;                          # also done by END, even on failure
+
+  # Concurrent psql sessions
+  my $s = LockfenceTest::EtcdCluster::session($node);   # $s->{pid}
+  LockfenceTest::EtcdCluster::send_query($s, 'SELECT ...;');
+  my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($s, 60);
 
 =head1 DESCRIPTION
 
@@ -53,6 +61,9 @@ use Time::HiRes qw(usleep time);
 
 # Every member started by any cluster object: pid => 1.  END kills them.
 my %live_pids;
+
+# Background etcdctl lock holders (IPC::Run handles); END kills them.
+my @bg_locks;
 
 # etcd data folders on /dev/shm: removed in END even when a failed test
 # makes PostgreSQL::Test::Utils keep temporary folders (they hold about
@@ -412,6 +423,104 @@ sub _live_endpoints
 
 =pod
 
+=item keys(prefix)
+
+The keys under a prefix, in key order.
+
+=cut
+
+sub keys
+{
+	my ($self, $prefix) = @_;
+	my $out = $self->etcdctl('get', '--prefix', '--keys-only', $prefix);
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+=pod
+
+=item leases()
+
+The lease IDs alive now, in lowercase hex without leading zeros (as in
+lock keys).
+
+=cut
+
+sub leases
+{
+	my ($self) = @_;
+	my $out = $self->etcdctl('lease', 'list');
+	my @ids;
+	foreach my $line (split /\n/, $out)
+	{
+		# etcdctl pads to 16 digits; lock keys use no padding
+		push @ids, $1 if $line =~ /^0*([0-9a-f]+)$/;
+	}
+	return @ids;
+}
+
+=pod
+
+=item key_info(key)
+
+A hash ref { create_revision, lease } for a key (lease in decimal), or
+undef when the key does not exist.
+
+=cut
+
+sub key_info
+{
+	my ($self, $key) = @_;
+	my $out = $self->etcdctl('get', $key, '-w', 'fields');
+	return undef unless $out =~ /"CreateRevision"\s*:\s*(\d+)/;
+	my %info = (create_revision => $1);
+	$info{lease} = $1 if $out =~ /"Lease"\s*:\s*(\d+)/;
+	return \%info;
+}
+
+=pod
+
+=item wait_for_keys(prefix, n, seconds)
+
+Poll until exactly n keys exist under prefix (default deadline 30 s), for
+instance until waiters have queued their lock keys; true if they did.
+
+=cut
+
+sub wait_for_keys
+{
+	my ($self, $prefix, $n, $seconds) = @_;
+	return poll_until($seconds // 30,
+		sub { scalar($self->keys($prefix)) == $n });
+}
+
+=pod
+
+=item start_etcdctl_lock(name, command, lock options...)
+
+Start "etcdctl lock NAME -- sh -c 'echo LOCKED; COMMAND'" in the
+background, against the running members.  Returns a hash ref { handle
+(IPC::Run), out, err }; the holder prints "LOCKED" once it holds the lock
+(see wait_for_output).  Killed by END if still running.
+
+=cut
+
+sub start_etcdctl_lock
+{
+	my ($self, $name, $command, @lockargs) = @_;
+	my $bg = { out => '', err => '' };
+	local $ENV{ETCDCTL_API} = 3;
+	# etcdctl lock waits without a deadline (--command-timeout does not
+	# apply to it).
+	my @cmd = $self->_etcdctl_cmd($self->_live_endpoints, 'lock', @lockargs,
+		$name, '--', 'sh', '-c', "echo LOCKED; $command");
+	$bg->{handle} =
+	  IPC::Run::start(\@cmd, '<', \undef, '>', \$bg->{out}, '2>', \$bg->{err});
+	push @bg_locks, $bg;
+	return $bg;
+}
+
+=pod
+
 =item wait_healthy(seconds)
 
 Poll until every running member reports healthy (a quorum read through
@@ -558,9 +667,9 @@ sub leader_index
 	{
 		my @st = $self->status;
 		my %lead = map { ($_->{leader} // 0) => 1 } @st;
-		if (@st && keys %lead == 1)
+		if (@st && CORE::keys(%lead) == 1)
 		{
-			my ($lid) = keys %lead;
+			my ($lid) = CORE::keys(%lead);
 			for (@st)
 			{
 				return $_->{index} if $_->{member_id} == $lid && $lid != 0;
@@ -663,7 +772,8 @@ Kill every member (SIGTERM, then SIGKILL after 5 s).
 sub stop
 {
 	my ($self) = @_;
-	my @pids = grep { defined } map { $_->{pid} } @{ $self->{member} };
+	# (members END already stopped are no longer in %live_pids)
+	my @pids = grep { defined && $live_pids{$_} } map { $_->{pid} } @{ $self->{member} };
 	_kill_all(@pids);
 	$_->{pid} = undef for @{ $self->{member} };
 	return;
@@ -679,7 +789,7 @@ sub _kill_all
 	my %left = map { $_ => 1 } @pids;
 	while (%left && time < $deadline)
 	{
-		for my $p (keys %left)
+		for my $p (CORE::keys %left)
 		{
 			my $r = waitpid($p, POSIX::WNOHANG());
 			delete $left{$p} if $r == $p || $r == -1;
@@ -688,8 +798,8 @@ sub _kill_all
 	}
 	if (%left)
 	{
-		kill 'KILL', keys %left;
-		waitpid($_, 0) for keys %left;
+		kill 'KILL', CORE::keys %left;
+		waitpid($_, 0) for CORE::keys %left;
 	}
 	delete $live_pids{$_} for @pids;
 	return;
@@ -698,6 +808,9 @@ sub _kill_all
 sub DESTROY
 {
 	my ($self) = @_;
+	# An object destroyed at global destruction, after END, must not change
+	# the test's exit status (waitpid sets $?).
+	local $?;
 	# Only the process that started the members may stop them.
 	$self->stop if $self->{owner_pid} && $self->{owner_pid} == $$;
 }
@@ -707,7 +820,11 @@ END
 	my $rc = $?;
 	if ($$ == $owner_pid)
 	{
-		_kill_all(keys %live_pids) if %live_pids;
+		for my $bg (@bg_locks)
+		{
+			eval { $bg->{handle}->kill_kill if $bg->{handle}->pumpable; };
+		}
+		_kill_all(CORE::keys %live_pids) if %live_pids;
 		File::Path::rmtree($_) for grep { -d } @shm_dirs;
 	}
 	$? = $rc;
@@ -739,7 +856,8 @@ sub pg_node
 =item session(node, user)
 
 A background psql session (errors do not stop it) with verbose error
-reports, so sql_try can read SQLSTATEs.
+reports, so sql_try can read SQLSTATEs.  Its backend's pid is in
+$session->{pid}.
 
 =cut
 
@@ -750,7 +868,121 @@ sub session
 		on_error_stop => 0,
 		extra_params => [ defined $user ? ('-U', $user) : () ]);
 	$s->query_safe('\set VERBOSITY verbose');
+	$s->{pid} = $s->query_safe('SELECT pg_backend_pid()');
+	chomp $s->{pid};
 	return $s;
+}
+
+=pod
+
+=item send_query(session, sql)
+
+Send SQL to a background session without waiting for its result (for a
+call that blocks, such as a waiting etcd_lock).
+
+=cut
+
+sub send_query
+{
+	my ($s, $sql) = @_;
+	my $n = ++$s->{lf_sent};
+	$s->{lf_marker} = "LF_SENT_$n";
+	$s->query_until(qr/$s->{lf_marker}/, "\\echo $s->{lf_marker}\n$sql\n");
+	return;
+}
+
+=pod
+
+=item wait_result(session, seconds)
+
+Wait (default 60 s) for the result of the SQL sent last by send_query.
+Returns its (stdout, stderr), both empty strings if it did not finish in
+time.
+
+=cut
+
+sub wait_result
+{
+	my ($s, $seconds) = @_;
+	my $n = ++$s->{lf_sent};
+	my $marker = "LF_DONE_$n";
+	my $deadline = time + ($seconds // 60);
+	$s->{stdin} .= "\\echo $marker\n\\warn $marker\n";
+	while (time < $deadline)
+	{
+		$s->{run}->pump_nb;
+		last
+		  if $s->{stdout} =~ /$marker\r?\n/ && $s->{stderr} =~ /$marker\r?\n/;
+		usleep(2_000);
+	}
+	my ($out, $err) = ($s->{stdout}, $s->{stderr});
+	return ('', '') unless $out =~ /$marker/;
+	$out =~ s/\r?\n?$marker\r?\n//;
+	$err =~ s/\r?\n?$marker\r?\n//;
+	$s->{stdout} = '';
+	$s->{stderr} = '';
+	return ($out, $err);
+}
+
+=pod
+
+=item peek_output(session)
+
+What a background session printed so far, without consuming it:
+(stdout, stderr).
+
+=cut
+
+sub peek_output
+{
+	my ($s) = @_;
+	$s->{run}->pump_nb;
+	return ($s->{stdout}, $s->{stderr});
+}
+
+=pod
+
+=item poll_until(seconds, code)
+
+Call code every 50 ms until it returns true or the deadline passes;
+returns its last result.
+
+=cut
+
+sub poll_until
+{
+	my ($seconds, $code) = @_;
+	my $deadline = time + $seconds;
+	my $r;
+	while (1)
+	{
+		$r = $code->();
+		return $r if $r || time >= $deadline;
+		usleep(50_000);
+	}
+}
+
+=pod
+
+=item wait_for_output(bg, regex, seconds)
+
+Pump a background etcdctl (from start_etcdctl_lock) until its stdout
+matches; true if it did before the deadline (default 60 s).
+
+=cut
+
+sub wait_for_output
+{
+	my ($bg, $re, $seconds) = @_;
+	my $deadline = time + ($seconds // 60);
+	while (time < $deadline)
+	{
+		$bg->{handle}->pump_nb if $bg->{handle}->pumpable;
+		return 1 if $bg->{out} =~ $re;
+		last unless $bg->{handle}->pumpable;
+		usleep(20_000);
+	}
+	return $bg->{out} =~ $re;
 }
 
 =pod

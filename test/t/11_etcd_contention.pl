@@ -11,16 +11,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-use LockfenceTest::Etcd;
+use LockfenceTest::EtcdCluster;
 
-my $etcd = LockfenceTest::Etcd->new();
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'contention');
+$etcd->start;
 
-my $node = PostgreSQL::Test::Cluster->new('etcd_contention');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_contention',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n");
 
 # The key under NAME/ with the lowest create_revision holds the lock.
 sub holder_key
@@ -40,26 +37,19 @@ sub holder_key
 	return $best;
 }
 
-sub wait_for_keys
-{
-	my ($prefix, $n) = @_;
-	return LockfenceTest::Etcd::poll_until(30,
-		sub { scalar($etcd->keys($prefix)) == $n });
-}
-
 # --- FIFO among three waiting sessions -----------------------------------
 
-my $h = LockfenceTest::Etcd::session($node);
+my $h = LockfenceTest::EtcdCluster::session($node);
 my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('fifo')");
 chomp $hkey;
 
 my @w;
 for my $i (0 .. 2)
 {
-	$w[$i] = LockfenceTest::Etcd::session($node);
-	LockfenceTest::Etcd::send_query($w[$i],
+	$w[$i] = LockfenceTest::EtcdCluster::session($node);
+	LockfenceTest::EtcdCluster::send_query($w[$i],
 		"SELECT key || '|' || token FROM lockfence.etcd_lock('fifo');");
-	ok(wait_for_keys('fifo/', $i + 2), "waiter $i queued its key");
+	ok($etcd->wait_for_keys('fifo/', $i + 2), "waiter $i queued its key");
 }
 
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
@@ -67,7 +57,7 @@ $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
 my @tokens;
 for my $i (0 .. 2)
 {
-	my ($out, $err) = LockfenceTest::Etcd::wait_result($w[$i], 60);
+	my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($w[$i], 60);
 	my ($k, $t) = split /\|/, $out;
 	ok(defined $t && $t =~ /^\d+$/, "waiter $i acquired the lock")
 	  or diag("stdout: $out\nstderr: $err");
@@ -77,7 +67,7 @@ for my $i (0 .. 2)
 	usleep(300_000);
 	for my $j ($i + 1 .. 2)
 	{
-		my ($o, $e) = LockfenceTest::Etcd::peek_output($w[$j]);
+		my ($o, $e) = LockfenceTest::EtcdCluster::peek_output($w[$j]);
 		is($o, '', "waiter $j still waits while waiter $i holds the lock");
 	}
 	push @tokens, $t;
@@ -93,19 +83,19 @@ my $dir = PostgreSQL::Test::Utils::tempdir('ctl');
 my $release = File::Spec->catfile($dir, 'release');
 my $ctl = $etcd->start_etcdctl_lock('ctl1',
 	"while [ ! -e '$release' ]; do sleep 0.05; done");
-ok(LockfenceTest::Etcd::wait_for_output($ctl, qr/LOCKED/, 30),
+ok(LockfenceTest::EtcdCluster::wait_for_output($ctl, qr/LOCKED/, 30),
 	'etcdctl lock holds ctl1');
 
-LockfenceTest::Etcd::send_query($w[0],
+LockfenceTest::EtcdCluster::send_query($w[0],
 	"SELECT key || '|' || token FROM lockfence.etcd_lock('ctl1');");
-ok(wait_for_keys('ctl1/', 2), 'lockfence waiter queued behind etcdctl');
+ok($etcd->wait_for_keys('ctl1/', 2), 'lockfence waiter queued behind etcdctl');
 usleep(300_000);
-my ($o1) = LockfenceTest::Etcd::peek_output($w[0]);
+my ($o1) = LockfenceTest::EtcdCluster::peek_output($w[0]);
 is($o1, '', 'lockfence waits while etcdctl holds the lock');
 
 open(my $fh, '>', $release) or die "could not create $release: $!";
 close $fh;
-my ($out, $err) = LockfenceTest::Etcd::wait_result($w[0], 60);
+my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($w[0], 60);
 my ($k1, $t1) = split /\|/, $out;
 ok(defined $t1 && $t1 =~ /^\d+$/, 'lockfence acquired after etcdctl released')
   or diag("stdout: $out\nstderr: $err");
@@ -120,14 +110,14 @@ $w[0]->query_safe("SELECT lockfence.etcd_unlock('$k1')");
 my $k2 = $w[1]->query_safe("SELECT key FROM lockfence.etcd_lock('ctl2')");
 chomp $k2;
 my $ctl2 = $etcd->start_etcdctl_lock('ctl2', 'true');
-ok(wait_for_keys('ctl2/', 2), 'etcdctl queued behind lockfence');
-ok(!LockfenceTest::Etcd::wait_for_output($ctl2, qr/LOCKED/, 0.5),
+ok($etcd->wait_for_keys('ctl2/', 2), 'etcdctl queued behind lockfence');
+ok(!LockfenceTest::EtcdCluster::wait_for_output($ctl2, qr/LOCKED/, 0.5),
 	'etcdctl waits while lockfence holds the lock');
 $w[1]->query_safe("SELECT lockfence.etcd_unlock('$k2')");
-ok(LockfenceTest::Etcd::wait_for_output($ctl2, qr/LOCKED/, 30),
+ok(LockfenceTest::EtcdCluster::wait_for_output($ctl2, qr/LOCKED/, 30),
 	'etcdctl acquired after lockfence released');
 $ctl2->{handle}->finish;
-ok(LockfenceTest::Etcd::poll_until(10, sub { !$etcd->keys('ctl2/') }),
+ok(LockfenceTest::EtcdCluster::poll_until(10, sub { !$etcd->keys('ctl2/') }),
 	'etcdctl released its key');
 
 $_->quit for ($h, @w);

@@ -11,17 +11,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-use LockfenceTest::Etcd;
+use LockfenceTest::EtcdCluster;
 
-my $etcd = LockfenceTest::Etcd->new();
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'basic');
+$etcd->start;
 
-my $node = PostgreSQL::Test::Cluster->new('etcd_basic');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n"
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_basic',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n"
 	  . "shared_preload_libraries = 'lockfence'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 
 # Run SQL with verbose errors; returns (rc, stdout, stderr, sqlstate).
 sub run_sql
@@ -49,10 +46,10 @@ is($key, 'basic/' . lease_hex($lease),
 my $info;
 
 # That session has exited, so its lease was revoked and the key is gone.
-ok( LockfenceTest::Etcd::poll_until(5, sub { !defined $etcd->key_info($key) }),
+ok( LockfenceTest::EtcdCluster::poll_until(5, sub { !defined $etcd->key_info($key) }),
 	'key of a session that exited is gone');
 
-my $s1 = LockfenceTest::Etcd::session($node);
+my $s1 = LockfenceTest::EtcdCluster::session($node);
 $row = $s1->query_safe(
 	"SELECT key || '|' || lease || '|' || token FROM lockfence.etcd_lock('basic', 20)");
 chomp $row;
@@ -197,7 +194,7 @@ is_deeply([ $etcd->keys('laf2/') ], [],
 
 # --- backend exit frees its locks at once ---------------------------------
 
-my $s2 = LockfenceTest::Etcd::session($node);
+my $s2 = LockfenceTest::EtcdCluster::session($node);
 $row = $s2->query_safe(
 	"SELECT key || '|' || lease FROM lockfence.etcd_lock('exitlk', 60)");
 chomp $row;
@@ -205,7 +202,7 @@ my ($ekey, $elease) = split /\|/, $row;
 ok(defined $etcd->key_info($ekey), 'lock held before exit');
 $t0 = time;
 $s2->quit;
-ok( LockfenceTest::Etcd::poll_until(
+ok( LockfenceTest::EtcdCluster::poll_until(
 		5, sub { !defined $etcd->key_info($ekey) }),
 	'lock released after backend exit');
 $elapsed = time - $t0;
@@ -214,13 +211,13 @@ ok(!(grep { $_ eq lease_hex($elease) } $etcd->leases),
 	'lease revoked at backend exit');
 
 # A terminated holder frees its lock at once too.
-my $s3 = LockfenceTest::Etcd::session($node);
+my $s3 = LockfenceTest::EtcdCluster::session($node);
 $row = $s3->query_safe(
 	"SELECT key || '|' || lease FROM lockfence.etcd_lock('termlk', 60)");
 chomp $row;
 my ($tkey2, $tlease2) = split /\|/, $row;
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($s3->{pid})");
-ok( LockfenceTest::Etcd::poll_until(
+ok( LockfenceTest::EtcdCluster::poll_until(
 		5, sub { !defined $etcd->key_info($tkey2) }),
 	'lock released after pg_terminate_backend of its holder');
 ok(!(grep { $_ eq lease_hex($tlease2) } $etcd->leases),
@@ -266,7 +263,7 @@ like($err, qr/could not connect to etcd/, '... with a clear message');
 
 ($rc, $out, $err, $state) = run_sql(
 	"SET lockfence.etcd_endpoints = 'http://127.0.0.1:$dead_port, "
-	  . $etcd->endpoint . "';
+	  . $etcd->endpoints . "';
 	 SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('conn')");
 is($out, 't', 'a dead first endpoint fails over to the next one');
 

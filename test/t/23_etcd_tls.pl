@@ -1,10 +1,11 @@
 
-# 33_etcd_tls.pl
+# 23_etcd_tls.pl
 #	  lockfence against a real etcd serving https with a test CA and
 #	  client-certificate authentication (and, on a second cluster, TLS plus
 #	  etcd user authentication): works with the CA/cert/key settings; fails
-#	  clearly with SQLSTATE class 08 without the CA, with a wrong CA, or
-#	  without a client certificate; the TLS settings are superuser-only.
+#	  clearly with SQLSTATE class 08 without the CA, with a wrong CA (08001),
+#	  or without a client certificate (08001 or 08006), leaving no key
+#	  behind; the TLS settings are superuser-only.
 
 use strict;
 use warnings;
@@ -41,6 +42,7 @@ my $s = LockfenceTest::EtcdCluster::session($node);
 my $r = LockfenceTest::EtcdCluster::sql_try($s,
 	"SELECT key || ' ' || lease || ' ' || token FROM lockfence.etcd_lock('t1', 5, '10s')");
 ok($r->{ok}, 'TLS with CA and client certificate: etcd_lock succeeds') or diag explain $r;
+like($r->{out}, qr{^t1/[0-9a-f]+ \d+ \d+$}, 'lock over TLS with a client certificate');
 my ($k, $lease, $tok) = split / /, $r->{out};
 is(LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($lease) > 0")->{out},
 	't', 'TLS: etcd_keepalive succeeds');
@@ -51,9 +53,11 @@ like($etcd->etcdctl('get', '--prefix', '--keys-only', 't1'), qr/^\s*$/,
 
 # Each failure case: SET the parameters, expect a class 08 error within
 # the request timeout, then RESET and check the session still works.
+# Optional checks: sqlstate (a pattern), text (a pattern for the whole
+# error report).
 sub fails_08
 {
-	my ($label, $sets, $detail_re, $fast) = @_;
+	my ($label, $sets, $detail_re, $fast, %more) = @_;
 	# a new endpoint string: no TLS connection kept from before is reused
 	LockfenceTest::EtcdCluster::sql_try($s,
 		"SET lockfence.etcd_endpoints = '" . $etcd->endpoints . "/'");
@@ -64,6 +68,10 @@ sub fails_08
 	like($r->{sqlstate} // '', qr/^08/, "$label: SQLSTATE class 08") or diag explain $r;
 	like($r->{detail} // '', $detail_re, "$label: errdetail says why") or diag explain $r;
 	cmp_ok($r->{secs}, '<', 4.5, "$label: error within the request timeout");
+	like($r->{sqlstate} // '', $more{sqlstate}, "$label: SQLSTATE $r->{sqlstate}")
+	  if $more{sqlstate};
+	like($r->{stderr}, $more{text}, "$label: the TLS failure in the error report")
+	  if $more{text};
 	# a certificate problem cannot go away by retrying: no retry loop
 	if ($fast)
 	{
@@ -78,18 +86,24 @@ sub fails_08
 fails_08('no CA (system store only)', ["lockfence.etcd_cafile = ''"],
 	qr/certificate|SSL|issuer/i, 1);
 fails_08('wrong CA', ["lockfence.etcd_cafile = '" . $other->ca_file . "'"],
-	qr/certificate|SSL|issuer/i, 1);
+	qr/certificate|SSL|issuer/i, 1, text => qr/certificate/i);
 # With TLS 1.3 the server rejects the missing certificate after the client
 # considers the handshake done, so libcurl's text varies with timing
 # ("alert bad certificate", "getpeername() failed ..."): only ask that the
-# endpoint is named.
+# endpoint is named.  The server refuses the missing certificate only after
+# the handshake, so libcurl reports a failed connection (08001) or a read
+# error (08006), with the alert itself or the connection it closed.
 fails_08('no client certificate',
 	[ "lockfence.etcd_certfile = ''", "lockfence.etcd_keyfile = ''" ],
-	qr{https://127\.0\.0\.1:\d+});
+	qr{https://127\.0\.0\.1:\d+}, 0,
+	sqlstate => qr/^080(01|06)$/,
+	text => qr/certificate|alert|not connected|reset|closed/i);
 fails_08('CA file missing', ["lockfence.etcd_cafile = '/nonexistent/ca.pem'"],
 	qr/CA|certificate|SSL|cert|file/i, 1);
 fails_08('plain http to an https endpoint', ["lockfence.etcd_endpoints = 'http://127.0.0.1:" . ($etcd->endpoints =~ /:(\d+)$/)[0] . "'"],
 	qr/./);
+
+is_deeply([ $etcd->keys('t') ], [], 'no key left behind');
 
 # After all that, the configured TLS settings work again.
 $r = LockfenceTest::EtcdCluster::sql_try($s,

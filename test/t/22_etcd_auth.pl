@@ -1,11 +1,13 @@
 
-# 32_etcd_auth.pl
+# 22_etcd_auth.pl
 #	  lockfence against a real etcd with authentication enabled: the right
-#	  credentials work; a wrong password, or none, gives a 28xxx error with
-#	  etcd's own text in errdetail; passwords never reach an error or the
-#	  server log; the cached token is fetched again after etcd invalidated
-#	  it (auth disable/enable, role revoked and granted again); the
-#	  credential settings are hidden from ordinary roles.
+#	  credentials work; a wrong password gives 28P01 naming the user, with
+#	  etcd's own text in errdetail, and no credentials a 28xxx error;
+#	  etcd's permission checks (a role limited to a key prefix, a revoked
+#	  role) map to 42501 and leave no lease behind; passwords never reach
+#	  an error or the server log; the cached token is fetched again after
+#	  etcd invalidated it (auth disable/enable, role revoked and granted
+#	  again); the credential settings are hidden from ordinary roles.
 
 use strict;
 use warnings;
@@ -23,6 +25,13 @@ my $user = $LockfenceTest::EtcdCluster::USER_NAME;
 my $pw = $LockfenceTest::EtcdCluster::USER_PASSWORD;
 my $wrong_pw = 'Wrong-Secret-31c7e0';
 
+# A second user whose role covers only the key prefix authjob/.
+my $app_pw = 'Sup3r-s3cret-pw';
+$etcd->etcdctl('user', 'add', 'app', "--new-user-password=$app_pw", '--interactive=false');
+$etcd->etcdctl('role', 'add', 'lockers');
+$etcd->etcdctl('role', 'grant-permission', 'lockers', '--prefix=true', 'readwrite', 'authjob/');
+$etcd->etcdctl('user', 'grant-role', 'app', 'lockers');
+
 my $node = LockfenceTest::EtcdCluster::pg_node('auth', <<EOF);
 lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'
 lockfence.etcd_request_timeout = '3s'
@@ -38,11 +47,12 @@ EOF
 my $s = LockfenceTest::EtcdCluster::session($node);
 my $all_errors = '';
 
-# Run SQL in the session, remember any error text for the password check.
+# Run SQL in a session (default $s), remember any error text for the
+# password check.
 sub try_sql
 {
-	my ($sql) = @_;
-	my $r = LockfenceTest::EtcdCluster::sql_try($s, $sql);
+	my ($sql, $sess) = @_;
+	my $r = LockfenceTest::EtcdCluster::sql_try($sess // $s, $sql);
 	$all_errors .= $r->{stderr};
 	return $r;
 }
@@ -60,11 +70,30 @@ cycle_ok('a1', 'right user and password: lock and unlock succeed');
 my $r = try_sql("SELECT token > 0 FROM lockfence.etcd_try_lock('a1b', 5)");
 is($r->{out}, 't', 'right credentials: etcd_try_lock succeeds');
 
-# 2. Wrong password: 28xxx, etcd's text in errdetail, no password anywhere.
+# 1b. A user limited to the prefix authjob/: locks there, and etcd's
+# permission denied elsewhere maps to 42501 and leaves no lease.
+my $app = LockfenceTest::EtcdCluster::session($node);
+try_sql("SET lockfence.etcd_user = 'app'", $app);
+try_sql("SET lockfence.etcd_password = '$app_pw'", $app);
+$r = try_sql("SELECT key || '|' || token FROM lockfence.etcd_lock('authjob')", $app);
+like($r->{out}, qr{^authjob/[0-9a-f]+\|\d+$}, 'lock with etcd authentication') or diag explain $r;
+my ($app_key) = split /\|/, $r->{out};
+try_sql("SELECT lockfence.etcd_unlock('$app_key')", $app);
+my @leases_before = sort $etcd->leases;
+$r = try_sql("SELECT * FROM lockfence.etcd_lock('otherjob', 30, '2 s')", $app);
+is($r->{sqlstate}, '42501', 'etcd permission denied maps to 42501') or diag explain $r;
+like($r->{stderr}, qr/permission denied/, "... with etcd's message");
+is_deeply([ sort $etcd->leases ], \@leases_before, 'the refused lock left no lease');
+$app->quit;
+
+# 2. Wrong password: 28P01 naming the user, etcd's text in errdetail, no
+# password anywhere.
 try_sql("SET lockfence.etcd_password = '$wrong_pw'");
 $r = try_sql("SELECT * FROM lockfence.etcd_lock('a2', 5, '5s')");
 ok(!$r->{ok}, 'wrong password: etcd_lock fails');
-like($r->{sqlstate} // '', qr/^28/, 'wrong password: SQLSTATE class 28') or diag explain $r;
+is($r->{sqlstate}, '28P01', 'wrong password raises 28P01') or diag explain $r;
+like($r->{message} // '', qr/authentication failed for user "\Q$user\E"/, '... naming the user');
+unlike($r->{stderr}, qr/\Q$wrong_pw\E|\Q$pw\E/, '... without any password');
 like($r->{detail} // '', qr/authentication failed, invalid user ID or password/,
 	"wrong password: errdetail carries etcd's text");
 cmp_ok($r->{secs}, '<', 4, 'wrong password: error within the request timeout');
@@ -117,6 +146,9 @@ my $log = slurp_file($node->logfile);
 unlike($all_errors, qr/\Q$pw\E|\Q$wrong_pw\E/, 'no password in any error the client saw');
 unlike($log, qr/\Q$pw\E/, 'the right password never appears in the server log');
 unlike($log, qr/\Q$wrong_pw\E/, 'the wrong password never appears in the server log');
+unlike($log, qr/\Q$app_pw\E/, 'a password SET in a session never appears in the server log');
+like($log, qr/etcd rejected the auth token.*authenticating again/,
+	'the invalidated token was noticed and replaced');
 like($log, qr/authentication failed/, 'the server log does have the auth failure (so the grep is meaningful)');
 
 $etcd->stop;

@@ -30,7 +30,7 @@ lockfence.etcd_connect_timeout = '1s'
 EOF
 
 my $s = LockfenceTest::EtcdCluster::session($node);
-my $backend_pid = $s->query_safe('SELECT pg_backend_pid()');
+my $backend_pid = $s->{pid};
 
 # Sanity: through the proxy, with no rule, everything works.
 is( LockfenceTest::EtcdCluster::sql_try($s,

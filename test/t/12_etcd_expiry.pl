@@ -12,52 +12,35 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-use LockfenceTest::Etcd;
+use LockfenceTest::EtcdCluster;
 
-my $etcd = LockfenceTest::Etcd->new();
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'expiry');
+$etcd->start;
 
-my $node = PostgreSQL::Test::Cluster->new('etcd_expiry');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n"
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_expiry',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n"
 	  . "restart_after_crash = on\n");
-$node->start;
 $node->safe_psql(
 	'postgres', q{
-	CREATE EXTENSION lockfence;
 	CREATE TABLE accounts (id int PRIMARY KEY, balance int);
 	INSERT INTO accounts VALUES (1, 100);
 });
 
-sub wait_for_keys
-{
-	my ($prefix, $n) = @_;
-	return LockfenceTest::Etcd::poll_until(30,
-		sub { scalar($etcd->keys($prefix)) == $n });
-}
-
-sub verbose_session
-{
-	my $s = LockfenceTest::Etcd::session($node);
-	$s->query_safe('\set VERBOSITY verbose');
-	return $s;
-}
-
 # --- a waiter keeps its lease alive while waiting longer than its TTL ---------
 
-my $h = verbose_session();
+my $h = LockfenceTest::EtcdCluster::session($node);
 my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('ka', 60)");
 chomp $hkey;
-my $w = verbose_session();
+my $w = LockfenceTest::EtcdCluster::session($node);
 $w->query_safe("SET log_min_messages = debug2");
-LockfenceTest::Etcd::send_query($w,
+LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key || '|' || token FROM lockfence.etcd_lock('ka', 5);");
-ok(wait_for_keys('ka/', 2), 'short-TTL waiter queued');
+ok($etcd->wait_for_keys('ka/', 2), 'short-TTL waiter queued');
 my $t0 = time;
 sleep 1 while time < $t0 + 10;    # twice the waiter's TTL
 is(scalar($etcd->keys('ka/')), 2, 'waiter key survived twice its TTL');
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
-my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($w, 30);
 my ($wkey, $wtoken) = split /\|/, $out;
 ok(defined $wtoken && $wtoken =~ /^\d+$/,
 	'waiter whose lease was kept alive acquired the lock')
@@ -66,7 +49,7 @@ $w->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
 
 # --- lease expiry hands the lock on; the old holder is fenced out -------------
 
-my $a = verbose_session();
+my $a = LockfenceTest::EtcdCluster::session($node);
 my $arow = $a->query_safe(
 	q{SELECT key || '|' || token FROM lockfence.etcd_lock('exp', 3)});
 chomp $arow;
@@ -77,7 +60,7 @@ $a->query_safe(
 
 # A is now stalled (no keepalive): B waits and gets the lock after A's
 # lease expires.
-my $b = verbose_session();
+my $b = LockfenceTest::EtcdCluster::session($node);
 $t0 = time;
 my $brow = $b->query_safe(
 	q{SELECT key || '|' || token FROM lockfence.etcd_lock('exp', 30, '30 s')});
@@ -113,13 +96,13 @@ $b->query_safe("SELECT lockfence.etcd_unlock('$bkey')");
 
 $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('lost1', 60)");
 chomp $hkey;
-LockfenceTest::Etcd::send_query($w,
+LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key, token FROM lockfence.etcd_lock('lost1', 3);");
-ok(wait_for_keys('lost1/', 2), 'waiter queued');
+ok($etcd->wait_for_keys('lost1/', 2), 'waiter queued');
 my ($wk) = grep { $_ ne $hkey } $etcd->keys('lost1/');
 my $wlease_hex = (split m{/}, $wk)[1];
-$etcd->etcdctl_ok('lease', 'revoke', $wlease_hex);
-($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+$etcd->etcdctl('lease', 'revoke', $wlease_hex);
+($out, $err) = LockfenceTest::EtcdCluster::wait_result($w, 30);
 like($err, qr/ERROR:\s+LF003/,
 	'waiter whose lease was revoked gets LF003 from its keepalive');
 unlike($out, qr/\d/, '... and no token');
@@ -133,16 +116,16 @@ $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('lost2', 60)");
 chomp $hkey;
 # TTL 60: the waiter's next keepalive is 20 s away, so only the read-back
 # after the lock service's answer can notice the loss.
-LockfenceTest::Etcd::send_query($w,
+LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key, token FROM lockfence.etcd_lock('lost2', 60);");
-ok(wait_for_keys('lost2/', 2), 'waiter queued');
+ok($etcd->wait_for_keys('lost2/', 2), 'waiter queued');
 ($wk) = grep { $_ ne $hkey } $etcd->keys('lost2/');
 $wlease_hex = (split m{/}, $wk)[1];
-$etcd->etcdctl_ok('lease', 'revoke', $wlease_hex);
-ok(wait_for_keys('lost2/', 1), "waiter's key deleted with its lease");
+$etcd->etcdctl('lease', 'revoke', $wlease_hex);
+ok($etcd->wait_for_keys('lost2/', 1), "waiter's key deleted with its lease");
 $t0 = time;
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
-($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+($out, $err) = LockfenceTest::EtcdCluster::wait_result($w, 30);
 $elapsed = time - $t0;
 like($err, qr/ERROR:\s+LF003/,
 	'waiter answered "locked" without a key gets LF003');
@@ -159,14 +142,14 @@ chomp $hkey;
 my $htoken = $etcd->key_info($hkey)->{create_revision};
 $w->query_safe("SET lockfence.etcd_request_timeout = '60s'");
 $w->query_safe("SET log_min_messages = debug1");
-LockfenceTest::Etcd::send_query($w,
+LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key || '|' || token FROM lockfence.etcd_lock('restart', 10, '120 s');");
-ok(wait_for_keys('restart/', 2), 'waiter queued before the restart');
-$etcd->stop;
-$etcd->start;
+ok($etcd->wait_for_keys('restart/', 2), 'waiter queued before the restart');
+$etcd->kill_member(0, 'TERM');
+$etcd->restart_member(0);
 is(scalar($etcd->keys('restart/')), 2, 'both keys survived the restart');
 $h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
-($out, $err) = LockfenceTest::Etcd::wait_result($w, 60);
+($out, $err) = LockfenceTest::EtcdCluster::wait_result($w, 60);
 ($wkey, $wtoken) = split /\|/, $out;
 ok(defined $wtoken && $wtoken > $htoken,
 	'waiter acquired the lock after etcd restarted')
@@ -177,14 +160,14 @@ $_->quit for ($h, $w, $a, $b);
 
 # --- a crashed backend's lock is freed by its TTL ------------------------------
 
-my $c = verbose_session();
+my $c = LockfenceTest::EtcdCluster::session($node);
 my $ckey = $c->query_safe("SELECT key FROM lockfence.etcd_lock('crash', 4)");
 chomp $ckey;
 kill 'KILL', $c->{pid};
 eval { $c->quit };
 ok(defined $etcd->key_info($ckey),
 	'the key of a backend killed with SIGKILL is still there (no cleanup ran)');
-ok(LockfenceTest::Etcd::poll_until(30, sub { !defined $etcd->key_info($ckey) }),
+ok(LockfenceTest::EtcdCluster::poll_until(30, sub { !defined $etcd->key_info($ckey) }),
 	'... and is freed by its TTL');
 $node->poll_query_until('postgres', 'SELECT 1', '1');
 my $crow = $node->safe_psql('postgres',

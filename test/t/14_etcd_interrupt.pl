@@ -10,33 +10,23 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-use LockfenceTest::Etcd;
+use LockfenceTest::EtcdCluster;
 
 # Time allowed from the interrupt to the error reaching the client.
 my $budget = 0.1;
 
-my $etcd = LockfenceTest::Etcd->new();
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'interrupt');
+$etcd->start;
 
-my $node = PostgreSQL::Test::Cluster->new('etcd_interrupt');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoint . "'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_interrupt',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n");
 
-my $holder = LockfenceTest::Etcd::session($node);
+my $holder = LockfenceTest::EtcdCluster::session($node);
 my $hkey = $holder->query_safe("SELECT key FROM lockfence.etcd_lock('intr', 60)");
 chomp $hkey;
 my @base_leases = sort $etcd->leases;
 
-my $canceller = LockfenceTest::Etcd::session($node);
-
-sub wait_for_keys
-{
-	my ($n) = @_;
-	return LockfenceTest::Etcd::poll_until(30,
-		sub { scalar($etcd->keys('intr/')) == $n });
-}
+my $canceller = LockfenceTest::EtcdCluster::session($node);
 
 # Pump a session until its stderr shows an error; returns the time it did.
 sub wait_for_error
@@ -56,12 +46,11 @@ sub wait_for_error
 sub start_waiter
 {
 	my ($setup) = @_;
-	my $w = LockfenceTest::Etcd::session($node);
-	$w->query_safe('\set VERBOSITY verbose');
+	my $w = LockfenceTest::EtcdCluster::session($node);
 	$w->query_safe($setup) if $setup;
-	LockfenceTest::Etcd::send_query($w,
+	LockfenceTest::EtcdCluster::send_query($w,
 		"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
-	ok(wait_for_keys(2), 'waiter queued its key');
+	ok($etcd->wait_for_keys('intr/', 2), 'waiter queued its key');
 	return $w;
 }
 
@@ -80,17 +69,16 @@ like($w->{stderr}, qr/ERROR:\s+57014/, 'cancel raises 57014');
 is_deeply([ $etcd->keys('intr/') ], [$hkey], 'cancelled waiter left no key');
 is_deeply([ sort $etcd->leases ], \@base_leases,
 	'cancelled waiter left no lease');
-my ($out, $err) = LockfenceTest::Etcd::wait_result($w, 30);
+my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($w, 30);
 is($w->query_safe('SELECT 1'), '1', 'session remains usable after the cancel');
 $w->quit;
 
 # --- statement_timeout ---------------------------------------------------------
 
-$w = LockfenceTest::Etcd::session($node);
-$w->query_safe('\set VERBOSITY verbose');
+$w = LockfenceTest::EtcdCluster::session($node);
 $w->query_safe("SET statement_timeout = '1s'");
 $t0 = time;
-LockfenceTest::Etcd::send_query($w,
+LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
 $t1 = wait_for_error($w, 30);
 ok(defined $t1, 'waiter under statement_timeout got an error');
@@ -103,7 +91,7 @@ like($w->{stderr}, qr/statement timeout/, '... as a statement timeout');
 is_deeply([ $etcd->keys('intr/') ], [$hkey], 'timed-out waiter left no key');
 is_deeply([ sort $etcd->leases ], \@base_leases,
 	'timed-out waiter left no lease');
-LockfenceTest::Etcd::wait_result($w, 30);
+LockfenceTest::EtcdCluster::wait_result($w, 30);
 $w->quit;
 
 # --- pg_terminate_backend --------------------------------------------------------

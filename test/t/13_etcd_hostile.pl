@@ -16,9 +16,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-use LockfenceTest::Etcd;
+use LockfenceTest::EtcdCluster;
 
-my $etcd = LockfenceTest::Etcd->new();
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'hostile');
+$etcd->start;
 my $dir = PostgreSQL::Test::Utils::tempdir('hostile');
 my $mode_file = File::Spec->catfile($dir, 'mode');
 my $req_log = File::Spec->catfile($dir, 'requests');
@@ -215,15 +216,10 @@ END { kill 'KILL', $server_pid if $server_pid; }
 # --- PostgreSQL ------------------------------------------------------------------
 
 my $hostile = "http://127.0.0.1:$port";
-my $node = PostgreSQL::Test::Cluster->new('etcd_hostile');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_hostile', qq{
 lockfence.etcd_endpoints = '$hostile'
 lockfence.etcd_request_timeout = '1s'
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 
 sub run_sql
 {
@@ -268,7 +264,7 @@ foreach my $mode (sort keys %expect)
 # No descriptor (socket, epoll set) or handle is left behind by failed
 # calls: the backend's open file count is the same after 30 more of them.
 {
-	my $s = LockfenceTest::Etcd::session($node);
+	my $s = LockfenceTest::EtcdCluster::session($node);
 	my $fds = sub { my @f = glob("/proc/$s->{pid}/fd/*"); scalar @f };
 	my $fail = sub {
 		my ($mode, $sql) = @_;
@@ -309,7 +305,7 @@ unlike($out, qr/\d/, '... no token');
 # Failover: the hostile endpoint says "no leader", the real etcd answers.
 set_mode('unavailable');
 ($out, $err, $state) = run_sql(
-	"SET lockfence.etcd_endpoints = '$hostile," . $etcd->endpoint . "';
+	"SET lockfence.etcd_endpoints = '$hostile," . $etcd->endpoints . "';
 	 SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('failover')");
 is($out, 't', 'HTTP 503 / code 14 fails over to the next endpoint')
   or diag($err);
