@@ -185,6 +185,12 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
 						   format_type_be(att->atttypid))));
 	if (use == COLUMN_TOKEN)
 		fence_trigger_check_token_source(rel, att, key);
+	if (use == COLUMN_NAME && att->attgenerated != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be a generated column",
+						column, key),
+				 errdetail("A BEFORE trigger does not see the value a write gives a generated column, so the row's new resource would not be fenced.")));
 	if (use == COLUMN_NAME && !fence_trigger_name_type_ok(att->atttypid))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
