@@ -46,7 +46,7 @@ COMMENT ON FUNCTION lockfence.trigger_argument_list(bytea) IS
 -- trigger by that name: the table would seem covered, and be not.
 CREATE FUNCTION lockfence.claim_trigger_name(rel regclass, tgname name,
                                              protected regclass)
-RETURNS boolean
+RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -59,7 +59,6 @@ BEGIN
                                              tgname, protected),
                   HINT = 'Rename or drop that trigger, then repeat the command.';
     END IF;
-    RETURN true;
 END
 $$;
 
@@ -112,8 +111,8 @@ BEGIN
                               AND x.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
                               AND x.tgtype = t.tgtype
                               AND x.tgargs = t.tgargs
-                              AND x.tgqual IS NULL)
-           AND lockfence.claim_trigger_name(rel, t.tgname, t.relid::regclass) THEN
+                              AND x.tgqual IS NULL) THEN
+            PERFORM lockfence.claim_trigger_name(rel, t.tgname, t.relid::regclass);
             EXECUTE pg_catalog.format(
                 'CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT'
                 ' EXECUTE FUNCTION lockfence.fence_trigger(%s)',

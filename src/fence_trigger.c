@@ -190,7 +190,7 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
 				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
 				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be a generated column",
 						column, key),
-				 errdetail("A BEFORE trigger does not see the value a write gives a generated column, so the row's new resource would not be fenced.")));
+				 errdetail("A BEFORE trigger does not see the value a write gives a generated column.")));
 	if (use == COLUMN_NAME && !fence_trigger_name_type_ok(att->atttypid))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
