@@ -2,3 +2,462 @@
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION lockfence UPDATE TO '1.2'" to load this file. \quit
+
+-- protect() and partitions
+--
+-- Partitions get their ancestors' TRUNCATE triggers with the exact
+-- arguments; DDL that writes rows unfenced is refused or covered; token
+-- columns with a default or identity and char(n) name columns are refused.
+
+-- A trigger's arguments exactly as CREATE TRIGGER received them: tgargs
+-- holds each argument's bytes followed by a zero byte, in the database
+-- encoding.
+CREATE FUNCTION lockfence.trigger_arguments(tgargs bytea)
+RETURNS text[]
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(convert_from(substring(tgargs, z.prev + 2, z.pos - z.prev - 1),
+                                           getdatabaseencoding())
+                              ORDER BY z.pos),
+                    '{}')
+      FROM (SELECT g AS pos, lag(g, 1, -1) OVER (ORDER BY g) AS prev
+              FROM generate_series(0, length(tgargs) - 1) AS g
+             WHERE get_byte(tgargs, g) = 0) AS z
+$$;
+
+COMMENT ON FUNCTION lockfence.trigger_arguments(bytea) IS
+    'The arguments of a trigger (pg_trigger.tgargs), byte for byte';
+
+-- The argument list of a CREATE TRIGGER that passes the same arguments.
+CREATE FUNCTION lockfence.trigger_argument_list(tgargs bytea)
+RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(string_agg(quote_literal(a.arg), ', ' ORDER BY a.n), '')
+      FROM unnest(lockfence.trigger_arguments(tgargs)) WITH ORDINALITY AS a(arg, n)
+$$;
+
+COMMENT ON FUNCTION lockfence.trigger_argument_list(bytea) IS
+    'The arguments of a trigger, quoted for CREATE TRIGGER';
+
+-- Refuse to create a lockfence trigger on a table that already has another
+-- trigger by that name: the table would seem covered, and be not.
+CREATE FUNCTION lockfence.claim_trigger_name(rel regclass, tgname name,
+                                             protected regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                WHERE x.tgrelid = rel AND x.tgname = claim_trigger_name.tgname) THEN
+        RAISE EXCEPTION 'table "%" already has a trigger named "%"', rel, tgname
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = pg_catalog.format('lockfence must give it a copy of the lockfence trigger "%s" of protected table "%s", and the existing trigger is not one.',
+                                             tgname, protected),
+                  HINT = 'Rename or drop that trigger, then repeat the command.';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.claim_trigger_name(regclass, name, regclass) IS
+    'Refuse a lockfence trigger name that a table already uses';
+
+-- Spread a protected table's TRUNCATE triggers to one of its partitions
+-- (statement triggers are not cloned to partitions, and TRUNCATE of a
+-- partition fires only the partition's own), and refuse tables that would
+-- hold a protected table's rows without its row triggers: children by
+-- plain inheritance.  A partition is covered by a trigger with the same
+-- function, kind and arguments, whatever its name.
+CREATE OR REPLACE FUNCTION lockfence.cover_descendant(rel regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN
+        WITH RECURSIVE ancestors(relid, via_partition) AS (
+            SELECT i.inhparent, c.relispartition
+              FROM pg_catalog.pg_inherits i
+              JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhrelid = rel
+            UNION
+            SELECT i.inhparent, a.via_partition AND c.relispartition
+              FROM ancestors a
+              JOIN pg_catalog.pg_inherits i ON i.inhrelid = a.relid
+              JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+        )
+        SELECT tg.tgname, tg.tgtype, tg.tgargs, a.relid, a.via_partition
+          FROM ancestors a
+          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = a.relid
+         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+         ORDER BY a.relid, tg.tgname
+    LOOP
+        IF NOT t.via_partition THEN
+            RAISE EXCEPTION 'table "%" cannot inherit from table "%", which is protected by lockfence',
+                rel, t.relid::regclass
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = 'Rows of an inheritance child are written without the parent''s triggers.',
+                      HINT = 'Use declarative partitioning, whose partitions get the row triggers.';
+        END IF;
+        -- TRUNCATE triggers (BEFORE, statement level) are copied.
+        IF t.tgtype::int & 1 = 0 AND t.tgtype::int & 32 <> 0
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid = rel
+                              AND x.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                              AND x.tgtype = t.tgtype
+                              AND x.tgargs = t.tgargs
+                              AND x.tgqual IS NULL) THEN
+            PERFORM lockfence.claim_trigger_name(rel, t.tgname, t.relid::regclass);
+            EXECUTE pg_catalog.format(
+                'CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT'
+                ' EXECUTE FUNCTION lockfence.fence_trigger(%s)',
+                t.tgname, rel, lockfence.trigger_argument_list(t.tgargs));
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.cover_descendant(regclass) IS
+    'Give a partition its protected ancestors'' TRUNCATE triggers';
+
+-- cover_descendant() for a table and everything below it.
+CREATE OR REPLACE FUNCTION lockfence.cover_descendants(rel regclass)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE tree(relid) AS (
+        SELECT rel::oid
+        UNION
+        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree t ON i.inhparent = t.relid
+    )
+    SELECT lockfence.cover_descendant(relid::regclass) FROM tree;
+$$;
+
+COMMENT ON FUNCTION lockfence.cover_descendants(regclass) IS
+    'cover_descendant() for a table and all its descendants';
+
+-- A detached partition loses the row triggers it had from its parent: give
+-- it the parent's lockfence row triggers back, so that its rows stay fenced
+-- until the owner drops them.  Named NAME_detached, so that the partition
+-- can be attached again (the parent's trigger is then cloned by its name).
+CREATE FUNCTION lockfence.cover_detached(parent regclass, rel regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    tgname name;
+BEGIN
+    FOR t IN
+        SELECT tg.tgname, tg.tgtype, tg.tgargs
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgrelid = parent
+           AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgtype::int & 1 = 1
+         ORDER BY tg.tgname
+    LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                               WHERE x.tgrelid = rel
+                                 AND x.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                                 AND x.tgtype = t.tgtype
+                                 AND x.tgargs = t.tgargs
+                                 AND x.tgqual IS NULL);
+        tgname := t.tgname || '_detached';
+        PERFORM lockfence.claim_trigger_name(rel, tgname, parent);
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER %I BEFORE INSERT OR UPDATE OR DELETE ON %s'
+            ' FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger(%s)',
+            tgname, rel, lockfence.trigger_argument_list(t.tgargs));
+        RAISE NOTICE 'detached table "%" stays protected by lockfence trigger "%"', rel, tgname
+            USING DETAIL = 'Its rows were fenced as rows of table "' || parent::text || '".',
+                  HINT = 'Drop the trigger if the table no longer needs fencing.';
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.cover_detached(regclass, regclass) IS
+    'Give a detached partition its former parent''s lockfence row triggers';
+
+-- The token this transaction fenced a resource with.
+CREATE FUNCTION lockfence.fenced_token(resource text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_fenced_token'
+LANGUAGE C STABLE STRICT;
+
+COMMENT ON FUNCTION lockfence.fenced_token(text) IS
+    'Token this transaction fenced resource with, NULL if none';
+
+-- The ALTER TABLE subcommands of a collected DDL command that matter to
+-- protected tables (for the event trigger).
+CREATE FUNCTION lockfence.alter_table_actions(command pg_ddl_command,
+                                              OUT action text,
+                                              OUT relid oid,
+                                              OUT attnum smallint,
+                                              OUT partition_schema text,
+                                              OUT partition_name text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'lockfence_alter_table_actions'
+LANGUAGE C STABLE STRICT;
+
+COMMENT ON FUNCTION lockfence.alter_table_actions(pg_ddl_command) IS
+    'ALTER TABLE subcommands that matter to protected tables';
+
+-- The partition an ATTACH or DETACH named, as the statement named it: the
+-- table by that name (in that schema, if given) that is now a partition of
+-- parent (ATTACH), or that is no partition and is locked by this
+-- transaction as DETACH locks it.  Ambiguous names give every candidate.
+CREATE FUNCTION lockfence.named_partitions(parent regclass, schema_name text,
+                                           table_name text, attached boolean)
+RETURNS SETOF regclass
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.oid::regclass
+      FROM pg_catalog.pg_class c
+     WHERE c.relname = named_partitions.table_name
+       AND (named_partitions.schema_name IS NULL
+            OR c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n
+                                  WHERE n.nspname = named_partitions.schema_name))
+       AND CASE WHEN named_partitions.attached
+           THEN EXISTS (SELECT FROM pg_catalog.pg_inherits i
+                         WHERE i.inhrelid = c.oid AND i.inhparent = named_partitions.parent)
+           ELSE NOT c.relispartition
+                AND EXISTS (SELECT FROM pg_catalog.pg_locks l
+                             WHERE l.locktype = 'relation' AND l.relation = c.oid
+                               AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                                  WHERE d.datname = pg_catalog.current_database())
+                               AND l.pid = pg_catalog.pg_backend_pid()
+                               AND l.mode IN ('ShareUpdateExclusiveLock', 'AccessExclusiveLock'))
+           END
+$$;
+
+COMMENT ON FUNCTION lockfence.named_partitions(regclass, text, text, boolean) IS
+    'The partition that an ATTACH or DETACH PARTITION named';
+
+-- DDL that writes rows without firing row triggers (ATTACH PARTITION of a
+-- table holding rows, ALTER COLUMN ... TYPE ... USING) is a write of every
+-- row: every resource the rows belong to must have been fenced in this
+-- transaction.  only_clones: check only the triggers the table got from a
+-- new parent, unless it has an identical one of its own, under which its
+-- rows were written.  A rewrite of the resource column itself cannot be
+-- fenced: the old resources are gone.
+CREATE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
+                                            attnum smallint,
+                                            only_clones boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    t record;
+    args text[];
+    res text;
+    col text;
+    prefix text;
+    missing text;
+    n bigint;
+BEGIN
+    FOR t IN
+        SELECT tg.tgname, tg.tgargs
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgrelid = rel
+           AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgtype::int & 1 = 1
+           AND (NOT only_clones
+                OR (tg.tgparentid <> 0
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = rel AND x.tgparentid = 0
+                                       AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
+                                       AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
+                                       AND x.tgenabled <> 'D')))
+         ORDER BY tg.tgname
+    LOOP
+        missing := NULL;
+        args := lockfence.trigger_arguments(t.tgargs);
+        SELECT substr(a, 10) INTO res FROM unnest(args) a WHERE a LIKE 'resource=%';
+        SELECT substr(a, 17) INTO col FROM unnest(args) a WHERE a LIKE 'resource\_column=%';
+        SELECT substr(a, 17) INTO prefix FROM unnest(args) a WHERE a LIKE 'resource\_prefix=%';
+        IF res IS NOT NULL THEN
+            EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) AS s', rel) INTO n;
+            IF n > 0 AND lockfence.fenced_token(res) IS NULL THEN
+                missing := res;
+            END IF;
+        ELSIF col IS NOT NULL THEN
+            IF attnum <> 0 AND col = (SELECT a.attname FROM pg_catalog.pg_attribute a
+                                       WHERE a.attrelid = rel
+                                         AND a.attnum = check_rows_fenced.attnum) THEN
+                RAISE EXCEPTION 'cannot run % on column "%" of protected table "%"', action, col, rel
+                    USING ERRCODE = 'feature_not_supported',
+                          DETAIL = 'It names the resource of each row, and the rows'' former resources could not be fenced.',
+                          HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+            END IF;
+            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT %L || %I::text AS r FROM %s) AS s'
+                           ' WHERE s.r IS NULL OR lockfence.fenced_token(s.r) IS NULL LIMIT 1',
+                           coalesce(prefix, ''), col, rel)
+                INTO missing;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                missing := coalesce(missing, '(null)');
+            END IF;
+        END IF;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot run % on protected table "%" without a fencing token', action, rel
+                USING ERRCODE = 'LF002',
+                      DETAIL = format('%s writes rows without firing trigger "%s", and resource "%s" was not fenced in this transaction.',
+                                      action, t.tgname, missing),
+                      HINT = 'Call lockfence.fence() for every resource of the rows, in the same transaction, before the ALTER TABLE.';
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.check_rows_fenced(regclass, text, smallint, boolean) IS
+    'Refuse DDL that writes rows of resources not fenced in this transaction';
+
+-- ALTER TABLE subcommands that would let rows be written unfenced: refused,
+-- or covered (DETACH).  Called by check_new_triggers().
+CREATE FUNCTION lockfence.check_alter_table()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    a record;
+BEGIN
+    FOR a IN
+        SELECT DISTINCT c.objid AS parent, s.action, s.relid, s.attnum,
+                        s.partition_schema, s.partition_name
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
+               LATERAL lockfence.alter_table_actions(c.command) AS s
+         WHERE c.command_tag = 'ALTER TABLE'
+         ORDER BY s.relid, s.action, s.partition_name
+    LOOP
+        IF a.action = 'detach partition' THEN
+            PERFORM lockfence.cover_detached(a.parent::regclass, p)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, false) AS p;
+        ELSIF a.action = 'attach partition' THEN
+            PERFORM lockfence.check_rows_fenced(p, 'ATTACH PARTITION', 0::smallint, true)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, true) AS p;
+        ELSE
+            -- a default, an identity or a new type: is the trigger still valid?
+            PERFORM lockfence.check_trigger(t.oid)
+               FROM pg_catalog.pg_trigger AS t
+              WHERE t.tgrelid = a.relid
+                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
+            IF a.action = 'alter type using' THEN
+                PERFORM lockfence.check_rows_fenced(a.relid::regclass,
+                                                    'ALTER COLUMN ... TYPE ... USING',
+                                                    a.attnum, false);
+            END IF;
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.check_alter_table() IS
+    'Refuse or cover ALTER TABLE subcommands that write rows unfenced';
+
+-- Report a misused fence_trigger() when the trigger is created rather than
+-- at the first write, cover new partitions of protected tables, and refuse
+-- ALTER TABLE subcommands that would let rows be written unfenced.
+CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tg oid;
+    rel oid;
+BEGIN
+    FOR tg IN
+        SELECT t.oid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+    LOOP
+        PERFORM lockfence.check_trigger(tg);
+    END LOOP;
+
+    FOR rel IN
+        SELECT DISTINCT c.objid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid = 0
+           AND r.relkind IN ('r', 'p', 'f')
+    LOOP
+        PERFORM lockfence.cover_descendants(rel);
+    END LOOP;
+
+    PERFORM lockfence.check_alter_table();
+END
+$$;
+
+-- (the event trigger lockfence_check_new_triggers is unchanged)
+
+-- Protect a table: the row trigger and, for a fixed resource, the TRUNCATE
+-- trigger, named so that they fire after the table's other BEFORE triggers.
+CREATE OR REPLACE FUNCTION lockfence.protect(tbl regclass,
+                                  resource text DEFAULT NULL,
+                                  resource_column name DEFAULT NULL,
+                                  resource_prefix text DEFAULT NULL,
+                                  token_column name DEFAULT NULL,
+                                  holder_column name DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    args text;
+BEGIN
+    IF tbl IS NULL THEN
+        RAISE EXCEPTION 'argument "tbl" of lockfence.protect() must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the table to protect.';
+    END IF;
+    IF (resource IS NULL) = (resource_column IS NULL) THEN
+        RAISE EXCEPTION 'lockfence.protect() needs exactly one of the arguments "resource" and "resource_column"'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give resource for a table whose rows all belong to one resource, resource_column for a resource per row.';
+    END IF;
+    args := concat_ws(', ',
+                      quote_literal('resource=' || resource),
+                      quote_literal('resource_column=' || resource_column),
+                      quote_literal('resource_prefix=' || resource_prefix),
+                      quote_literal('token_column=' || token_column),
+                      quote_literal('holder_column=' || holder_column));
+
+    EXECUTE format('CREATE TRIGGER zz_lockfence_fence'
+                   ' BEFORE INSERT OR UPDATE OR DELETE ON %s'
+                   ' FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger(%s)',
+                   tbl, args);
+    EXECUTE format('CREATE TRIGGER zz_lockfence_fence_truncate'
+                   ' BEFORE TRUNCATE ON %s'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger(%s)',
+                   tbl, args);
+
+    -- Existing partitions (new ones are covered by the event trigger), and
+    -- a refusal for children by plain inheritance.
+    PERFORM lockfence.cover_descendants(tbl);
+
+    -- The event trigger validates the triggers too, unless it is disabled.
+    PERFORM lockfence.check_trigger(t.oid)
+       FROM pg_catalog.pg_trigger AS t
+      WHERE t.tgrelid = tbl
+        AND t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate');
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.protect(regclass, text, name, text, name, name) IS
+    'Create the lockfence triggers that protect a table';

@@ -114,12 +114,6 @@ fence_trigger_check_definition(Trigger *trigger, Relation rel)
 					 errmsg("trigger \"%s\" on table \"%s\" must not be limited to UPDATE OF columns",
 							trigger->tgname, relname),
 					 errdetail("An UPDATE of other columns would proceed without a token.")));
-		if (trigger->tgqual != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-					 errmsg("trigger \"%s\" on table \"%s\" must not have a WHEN condition",
-							trigger->tgname, relname),
-					 errdetail("A row the condition skips would be written without a token.")));
 	}
 	else if (tgtype != (TRIGGER_TYPE_BEFORE | TRIGGER_TYPE_TRUNCATE))
 		ereport(ERROR,
@@ -127,6 +121,16 @@ fence_trigger_check_definition(Trigger *trigger, Relation rel)
 				 errmsg("statement-level trigger \"%s\" on table \"%s\" must fire on TRUNCATE only",
 						trigger->tgname, relname),
 				 errhint("Fence rows with FOR EACH ROW on INSERT, UPDATE and DELETE, and TRUNCATE with a separate FOR EACH STATEMENT trigger.")));
+
+	/* Also for TRUNCATE: a statement-level WHEN (false) skips the check. */
+	if (trigger->tgqual != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("trigger \"%s\" on table \"%s\" must not have a WHEN condition",
+						trigger->tgname, relname),
+				 TRIGGER_FOR_ROW(tgtype) ?
+				 errdetail("A row the condition skips would be written without a token.") :
+				 errdetail("A TRUNCATE the condition skips would proceed without a token.")));
 }
 
 /* What a column named in a trigger argument is used for. */
@@ -140,6 +144,8 @@ typedef enum FenceColumnUse
  * Can values of this type name a resource or holder?  Only types whose text
  * form does not depend on session settings (TimeZone, DateStyle,
  * extra_float_digits, ...): otherwise one row could name two resources.
+ * Not char(n) either: its values are blank-padded, so the resource a row
+ * names would not be the name the lock holder fences.
  */
 static bool
 fence_trigger_name_type_ok(Oid typid)
@@ -148,7 +154,6 @@ fence_trigger_name_type_ok(Oid typid)
 	{
 		case TEXTOID:
 		case VARCHAROID:
-		case BPCHAROID:
 		case NAMEOID:
 		case INT2OID:
 		case INT4OID:
@@ -159,6 +164,10 @@ fence_trigger_name_type_ok(Oid typid)
 			return false;
 	}
 }
+
+static void fence_trigger_check_token_source(Relation rel,
+											 Form_pg_attribute att,
+											 const char *key);
 
 /*
  * Look up a column named in a trigger argument, and check that it can
@@ -186,20 +195,61 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
 				 errdetail("Column \"%s\" of table \"%s\" is of type %s.",
 						   column, RelationGetRelationName(rel),
 						   format_type_be(att->atttypid))));
-	if (use == COLUMN_TOKEN && att->attgenerated != '\0')
+	if (use == COLUMN_TOKEN)
+		fence_trigger_check_token_source(rel, att, key);
+	if (use == COLUMN_NAME && att->attgenerated != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
 				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be a generated column",
 						column, key),
-				 errdetail("A BEFORE trigger sees a generated column's old value, not the writer's token.")));
+				 errdetail("A BEFORE trigger does not see the value a write gives a generated column.")));
 	if (use == COLUMN_NAME && !fence_trigger_name_type_ok(att->atttypid))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" cannot be of type %s",
 						column, key, format_type_be(att->atttypid)),
+				 getBaseType(att->atttypid) == BPCHAROID ?
+				 errdetail("Values of type char(n) are padded with blanks, so they would not match the names given to lockfence.fence().") :
 				 errdetail("Its text form depends on session settings, so one row could name different resources in different sessions."),
-				 errhint("Use a column of type text, varchar, char, name, smallint, integer, bigint or uuid.")));
+				 errhint("Use a column of type text, varchar, name, smallint, integer, bigint or uuid.")));
 	return attnum;
+}
+
+/*
+ * A token column must hold only what the writer put there: a value the
+ * database supplies (a generated value, an identity, a default) would pass
+ * for the writer's token on every INSERT that leaves the column out, and
+ * would advance the fence past the real lock holder's token.
+ */
+static void
+fence_trigger_check_token_source(Relation rel, Form_pg_attribute att,
+								 const char *key)
+{
+	const char *column = NameStr(att->attname);
+	const char *relname = RelationGetRelationName(rel);
+
+	if (att->attgenerated != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be a generated column",
+						column, key),
+				 errdetail("A BEFORE trigger sees a generated column's old value, not the writer's token.")));
+	if (att->attidentity != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not be an identity column",
+						column, key),
+				 errdetail("A value the database supplies is not the writer's fencing token."),
+				 errhint("Use a plain bigint column that only the writer sets: ALTER TABLE %s ALTER COLUMN %s DROP IDENTITY.",
+						 quote_identifier(relname), quote_identifier(column))));
+	if (att->atthasdef)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				 errmsg("column \"%s\" named by lockfence trigger argument \"%s\" must not have a default",
+						column, key),
+				 errdetail("A value the database supplies is not the writer's fencing token."),
+				 errhint("Use a plain bigint column that only the writer sets: ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT.",
+						 quote_identifier(relname), quote_identifier(column))));
 }
 
 static void
