@@ -641,14 +641,15 @@ LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
 COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer) IS
     'Acquire an etcd lock if free at once; no row when it is taken';
 
--- Release a lock: delete its key and revoke its lease.
-CREATE FUNCTION lockfence.etcd_unlock(key text)
+-- Release a lock: delete its key and revoke its lease.  Only lock keys
+-- (<name>/<lease hex>, attached to that lease) unless force.
+CREATE FUNCTION lockfence.etcd_unlock(key text, force boolean DEFAULT false)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'lockfence_etcd_unlock'
 LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION lockfence.etcd_unlock(text) IS
-    'Release an etcd lock; false (with a NOTICE) when it was already gone';
+COMMENT ON FUNCTION lockfence.etcd_unlock(text, boolean) IS
+    'Release an etcd lock (only lock keys unless force); false (with a NOTICE) when it was already gone';
 
 -- Renew a lease once; returns the seconds it has left.
 CREATE FUNCTION lockfence.etcd_keepalive(lease bigint)
@@ -660,32 +661,16 @@ COMMENT ON FUNCTION lockfence.etcd_keepalive(bigint) IS
     'Renew an etcd lease; returns its remaining TTL in seconds';
 
 -- Acquire the lock, then fence the resource with its token in the
--- current transaction.  If the fence rejects the token, the lock is
--- released again before the error propagates.
+-- current transaction.  Every argument is checked before etcd is
+-- contacted; if anything fails before the fence accepted the token (a
+-- rejected token, a cancel, a statement timeout), the lock is released
+-- again before the error propagates.
 CREATE FUNCTION lockfence.etcd_lock_and_fence(name text, resource text,
                                               ttl_seconds integer DEFAULT 30,
                                               wait_timeout interval DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    l record;
-BEGIN
-    SELECT k.key, k.lease, k.token INTO STRICT l
-      FROM lockfence.etcd_lock(etcd_lock_and_fence.name,
-                               etcd_lock_and_fence.ttl_seconds,
-                               etcd_lock_and_fence.wait_timeout) AS k;
-    BEGIN
-        PERFORM lockfence.fence(etcd_lock_and_fence.resource, l.token,
-                                holder => l.key);
-    EXCEPTION WHEN OTHERS THEN
-        PERFORM lockfence.etcd_unlock(l.key);
-        RAISE;
-    END;
-    RETURN l.token;
-END;
-$$;
+AS 'MODULE_PATHNAME', 'lockfence_etcd_lock_and_fence'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval) IS
     'Acquire an etcd lock and fence a resource with its token; returns the token';
@@ -694,6 +679,6 @@ COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval)
 --   GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval) TO app;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_try_lock(text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_keepalive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval) FROM PUBLIC;

@@ -110,12 +110,23 @@ extern void etcd_malformed_reply(const char *what, const char *detail)
 			pg_attribute_noreturn();
 
 /* etcd_session.c */
+
+/*
+ * Time allowed for revoking a lease quietly after a cancel, a termination
+ * or an abort: short, so that the interrupt takes effect at once whatever
+ * etcd does.  A lease that is not revoked in time is revoked at exit, or
+ * expires with its TTL.
+ */
+#define ETCD_PENDING_RELEASE_MS	50
+
 extern void etcd_session_init(void);
 extern void etcd_session_track(int64 lease);
 extern void etcd_session_mark_acquired(int64 lease, const char *key);
 extern void etcd_session_untrack(int64 lease);
 extern bool etcd_session_owns(int64 lease);
 extern bool etcd_session_holds_key(int64 lease, const char *key);
+extern void etcd_session_set_pending(int64 lease, bool pending);
+extern void etcd_session_exit_cleanup_begins(void);
 
 /* etcd_lock.c */
 extern int64 etcd_lease_grant(int ttl, int *granted_ttl);

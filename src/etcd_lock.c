@@ -18,8 +18,14 @@
  * Any error during an acquisition (cancel, statement timeout, wait
  * timeout, lost lease, transport failure) abandons the requests in flight
  * and revokes the lease with interrupts held, which deletes our waiter
- * key at once.  Termination is covered by the exit callback in
- * etcd_session.c.
+ * key at once.  A lock stays "pending" from its acquisition until its SQL
+ * function returns it to the caller (etcd_lock_and_fence: until the fence
+ * accepted its token); any error before that releases it, so a caller that
+ * never learned a key never owns one.  After a cancel or a termination
+ * that release is bounded by ETCD_PENDING_RELEASE_MS, so the interrupt
+ * takes effect at once even when etcd does not answer; a lease not revoked
+ * in time is revoked at exit or expires with its TTL.  Termination is
+ * covered by the exit callback in etcd_session.c.
  *
  * IDENTIFICATION
  *	  src/etcd_lock.c
@@ -62,6 +68,45 @@ PG_FUNCTION_INFO_V1(lockfence_etcd_lock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_try_lock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_unlock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_keepalive);
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence);
+
+/* lockfence.fence(), called by etcd_lock_and_fence (fence.c) */
+extern Datum lockfence_fence(PG_FUNCTION_ARGS);
+
+/*
+ * Revoke a lease quietly during error cleanup (in a PG_CATCH block, with
+ * the error still being handled): after a cancel, a statement timeout or
+ * a termination within ETCD_PENDING_RELEASE_MS, so the interrupt is not
+ * delayed by a member that does not answer; after other errors within
+ * ETCD_CLEANUP_MS.  Abandons the requests in flight first.  Never raises.
+ */
+static void
+revoke_after_error(int64 lease)
+{
+	long		budget = ETCD_CLEANUP_MS;
+
+	if (geterrcode() == ERRCODE_QUERY_CANCELED || ProcDiePending ||
+		QueryCancelPending)
+		budget = ETCD_PENDING_RELEASE_MS;
+	HOLD_INTERRUPTS();
+	etcd_http_abort_all();
+	if (lease > 0)
+	{
+		etcd_session_set_pending(lease, false);
+		(void) etcd_lease_revoke(lease, budget, true);
+	}
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * Release a lock of ours that was not handed to the SQL caller, after an
+ * error (see revoke_after_error).
+ */
+static void
+release_after_error(int64 lease)
+{
+	revoke_after_error(lease != 0 && etcd_session_owns(lease) ? lease : 0);
+}
 
 /*
  * Raise the error for a lock we no longer hold.
@@ -627,13 +672,16 @@ wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 				 * The FATAL error reaches the client before the exit
 				 * callbacks run: remove our waiter key first, so that a
 				 * terminated waiter is visibly gone when the client learns
-				 * of it.
+				 * of it.  Briefly: if etcd does not answer, the exit
+				 * callback tries again with what is left of its budget.
 				 */
 				HOLD_INTERRUPTS();
 				lockfence_metrics_etcd_acquire_failed();
 				etcd_http_abort_all();
 				lock_req = ka_req = NULL;
-				(void) etcd_lease_revoke(*lease, ETCD_CLEANUP_MS, true);
+				etcd_session_exit_cleanup_begins();
+				(void) etcd_lease_revoke(*lease, ETCD_PENDING_RELEASE_MS,
+										 true);
 				RESUME_INTERRUPTS();
 			}
 			CHECK_FOR_INTERRUPTS();
@@ -701,7 +749,10 @@ check_lock_args(const char *name, int ttl)
 
 /*
  * Acquire the named lock (waiting, or only if free at once when
- * try_only).  Returns false when try_only and the lock is taken.
+ * try_only).  Returns false when try_only and the lock is taken.  The
+ * lock is returned pending: the caller hands it over with hand_over() once
+ * the SQL caller has it, and releases it with release_after_error() if it
+ * fails before.
  *
  * On any error, requests in flight are abandoned and the lease is
  * revoked with interrupts held, so nothing of ours is left in etcd.
@@ -714,7 +765,7 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	volatile int64 lease = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 	TimestampTz started = GetCurrentTimestamp();
-	bool		got = false;
+	volatile bool got = false;
 
 	check_lock_args(name, ttl);
 
@@ -734,16 +785,19 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		got = confirm_lock(name, key, lease, try_only, &res->token);
 		res->key = key;
 		res->lease = lease;
+		if (got)
+			etcd_session_set_pending(lease, true);
+		else
+		{
+			/* taken: remove our key and lease */
+			(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		}
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		HOLD_INTERRUPTS();
 		lockfence_metrics_etcd_acquire_failed();
-		etcd_http_abort_all();
-		if (lease != 0 && etcd_session_owns(lease))
-			(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
-		RESUME_INTERRUPTS();
+		release_after_error(lease);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -757,12 +811,16 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
 		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
 	}
-	else
-	{
-		/* taken: remove our key and lease (errors here are reported) */
-		(void) etcd_lease_revoke(res->lease, etcd_request_timeout_ms, false);
-	}
 	return got;
+}
+
+/*
+ * The SQL caller has the lock now: it is no longer released on errors.
+ */
+static void
+hand_over(EtcdLockResult *res)
+{
+	etcd_session_set_pending(res->lease, false);
 }
 
 /*
@@ -789,22 +847,34 @@ wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Return the result row (or none) of etcd_lock / etcd_try_lock.
+ * Put the result row of etcd_lock / etcd_try_lock into the tuplestore
+ * set up with InitMaterializedSRF, then hand the lock over; if that
+ * fails, the lock is released.
  */
 static void
-return_lock_row(FunctionCallInfo fcinfo, bool got, EtcdLockResult *res)
+return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext cxt = CurrentMemoryContext;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 
-	InitMaterializedSRF(fcinfo, 0);
-	if (!got)
-		return;
-	values[0] = CStringGetTextDatum(res->key);
-	values[1] = Int64GetDatum(res->lease);
-	values[2] = Int64GetDatum(res->token);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	PG_TRY();
+	{
+		values[0] = CStringGetTextDatum(res->key);
+		values[1] = Int64GetDatum(res->lease);
+		values[2] = Int64GetDatum(res->token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		release_after_error(res->lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	hand_over(res);
 }
 
 /*
@@ -838,9 +908,10 @@ lockfence_etcd_lock(PG_FUNCTION_ARGS)
 
 	lock_args(fcinfo, &name, &ttl);
 	wait_ms = wait_timeout_ms(fcinfo, 2);
+	InitMaterializedSRF(fcinfo, 0);
 
 	(void) acquire(name, ttl, wait_ms, false, &res);
-	return_lock_row(fcinfo, true, &res);
+	return_lock_row(fcinfo, &res);
 	return (Datum) 0;
 }
 
@@ -859,77 +930,192 @@ lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
 	bool		got;
 
 	lock_args(fcinfo, &name, &ttl);
+	InitMaterializedSRF(fcinfo, 0);
 
 	got = acquire(name, ttl, 0, true, &res);
-	return_lock_row(fcinfo, got, &res);
+	if (got)
+		return_lock_row(fcinfo, &res);
 	return (Datum) 0;
 }
 
 /*
- * Parse the lease ID from a Mutex key's last component; 0 if none.
+ * Parse the lease ID from a lock key "<name>/<lease hex>", as etcd's Mutex
+ * builds it (lowercase hex without leading zeros, a non-empty name);
+ * 0 if key does not have that form.
  */
 static int64
 lease_from_key(const char *key)
 {
 	const char *slash = strrchr(key, '/');
+	const char *hex;
 	char	   *end;
 	unsigned long long v;
 
-	if (slash == NULL || slash[1] == '\0' || strlen(slash + 1) > 16)
+	if (slash == NULL || slash == key)
 		return 0;
-	if (strspn(slash + 1, "0123456789abcdef") != strlen(slash + 1))
+	hex = slash + 1;
+	if (hex[0] == '\0' || hex[0] == '0' || strlen(hex) > 16)
+		return 0;
+	if (strspn(hex, "0123456789abcdef") != strlen(hex))
 		return 0;
 	errno = 0;
-	v = strtoull(slash + 1, &end, 16);
-	if (errno != 0 || *end != '\0' || v > (unsigned long long) PG_INT64_MAX)
+	v = strtoull(hex, &end, 16);
+	if (errno != 0 || *end != '\0' || v == 0 ||
+		v > (unsigned long long) PG_INT64_MAX)
 		return 0;
 	return (int64) v;
 }
 
 /*
- * lockfence.etcd_unlock(key) -> boolean
- *
- * Deletes the lock key and revokes its lease.  Returns false, with a
- * NOTICE, when the key was already gone.
- *
- * For a key this backend acquired, its lease was granted for that key
- * alone, so revoking the lease deletes the key too: one request instead
- * of two (a revoke of a lease etcd no longer knows means the key is gone
- * already).  Other keys (another session's, an etcdctl holder's) are
- * deleted first, and the lease they were attached to is revoked then.
- * Both requests are idempotent, so etcd_call retries them on the other
- * endpoints within lockfence.etcd_request_timeout.
+ * Refuse to unlock a key that is not an etcd lock key.
  */
-Datum
-lockfence_etcd_unlock(PG_FUNCTION_ARGS)
+static void
+report_not_lock_key(const char *key, const char *detail)
 {
-	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("etcd key \"%s\" is not a lock key", key),
+			 errdetail("%s", detail),
+			 errhint("To delete any other key and revoke the lease it is attached to, with every key on that lease, call etcd_unlock(key, force => true).")));
+}
+
+/*
+ * The NOTICE and result for a lock key that no longer exists.
+ */
+static Datum
+unlock_gone(const char *key, const char *detail)
+{
+	ereport(NOTICE,
+			(errmsg("etcd lock key \"%s\" does not exist", key),
+			 errdetail("%s", detail)));
+	PG_RETURN_BOOL(false);
+}
+
+/*
+ * Revoke the lease of a lock key that was just deleted.  A lease of this
+ * session that merely carries the key (it holds another lock key) is left
+ * alone.  If the revocation fails (cancel included), it is tried again
+ * quietly before the error propagates: the caller asked for the release.
+ */
+static void
+revoke_released_lease(const char *key, int64 lease)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (lease <= 0 ||
+		(etcd_session_owns(lease) && !etcd_session_holds_key(lease, key)))
+		return;
+	PG_TRY();
+	{
+		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		revoke_after_error(lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Unlock a key this session acquired: its lease was granted for that key
+ * alone, so revoking the lease deletes the key too, in one request (a
+ * revoke of a lease etcd no longer knows means the key is gone already).
+ */
+static Datum
+unlock_own_key(const char *key, int64 lease)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		found = false;
+
+	PG_TRY();
+	{
+		(void) etcd_lease_revoke_found(lease, etcd_request_timeout_ms,
+									   false, &found);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		release_after_error(lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!found)
+		return unlock_gone(key, "The lock was lost when its lease expired.");
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * Unlock another holder's lock key "<name>/<lease hex>": in one
+ * transaction, delete the key if it is attached to the lease its name
+ * ends in, else read it; then revoke that lease.  A key attached to
+ * another lease (or to none) is not a lock key and is refused.
+ */
+static Datum
+unlock_lock_key(const char *key, int64 lease)
+{
+	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *body;
+	EtcdReply	reply;
+	JsonbContainer *root;
+	JsonbContainer *resp0;
+	JsonbContainer *r;
+	bool		succeeded = false;
+	int64		kv_lease = 0;
+
+	body = psprintf("{\"compare\":[{\"target\":\"LEASE\",\"key\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}],"
+					"\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}],"
+					"\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+					key64, lease, key64, key64);
+	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
+				   &reply))
+		etcd_report_reply_error("deleting the lock key", &reply);
+
+	root = &reply.json->root;
+	if (etcd_json_array_length(root, "responses") != 1 ||
+		(resp0 = etcd_json_array_object(root, "responses", 0)) == NULL)
+		etcd_malformed_reply("deleting the lock key",
+							 "The transaction reply does not carry one response.");
+	/* etcd omits false: no "succeeded" means the comparison failed */
+	r = etcd_json_object(resp0, "response_delete_range");
+	if (r != NULL)
+		succeeded = true;
+	else if ((r = etcd_json_object(resp0, "response_range")) == NULL)
+		etcd_malformed_reply("deleting the lock key",
+							 "The transaction reply carries neither a delete nor a range response.");
+
+	if (!succeeded)
+	{
+		if (etcd_json_array_length(r, "kvs") == 0)
+			return unlock_gone(key,
+							   "The lock was already released, or lost when its lease expired.");
+		(void) etcd_json_int64(etcd_json_array_object(r, "kvs", 0), "lease",
+							   &kv_lease);
+		if (kv_lease == 0)
+			report_not_lock_key(key,
+								"The key is not attached to a lease, while a lock key is attached to the lease its name ends in.");
+		report_not_lock_key(key,
+							psprintf("The key is attached to lease %llx, not to lease %llx that its name ends in.",
+									 (unsigned long long) kv_lease,
+									 (unsigned long long) lease));
+	}
+
+	revoke_released_lease(key, lease);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * Unlock with force: delete any key, then revoke the lease it was
+ * attached to, with every other key on that lease.
+ */
+static Datum
+unlock_forced(const char *key)
+{
 	char	   *body;
 	EtcdReply	reply;
 	int64		deleted = 0;
 	int64		kv_lease = 0;
-	int64		own_lease = lease_from_key(key);
-
-	if (key[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("etcd lock key must not be empty")));
-
-	if (own_lease > 0 && etcd_session_holds_key(own_lease, key))
-	{
-		bool		found;
-
-		(void) etcd_lease_revoke_found(own_lease, etcd_request_timeout_ms,
-									   false, &found);
-		if (!found)
-		{
-			ereport(NOTICE,
-					(errmsg("etcd lock key \"%s\" does not exist", key),
-					 errdetail("The lock was lost when its lease expired.")));
-			PG_RETURN_BOOL(false);
-		}
-		PG_RETURN_BOOL(true);
-	}
 
 	body = psprintf("{\"key\":\"%s\",\"prev_kv\":true}",
 					etcd_b64_encode(key, strlen(key)));
@@ -942,23 +1128,105 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 		(void) etcd_json_int64(etcd_json_array_object(&reply.json->root,
 													  "prev_kvs", 0),
 							   "lease", &kv_lease);
-
-	/*
-	 * Revoke the lease the key was attached to.  A lease of ours whose hex
-	 * merely appears in the key is left alone: it carries another key, a
-	 * lock this session still holds.
-	 */
-	if (kv_lease > 0)
-		(void) etcd_lease_revoke(kv_lease, etcd_request_timeout_ms, false);
+	revoke_released_lease(key, kv_lease);
 
 	if (deleted == 0)
-	{
-		ereport(NOTICE,
-				(errmsg("etcd lock key \"%s\" does not exist", key),
-				 errdetail("The lock was already released, or lost when its lease expired.")));
-		PG_RETURN_BOOL(false);
-	}
+		return unlock_gone(key,
+						   "The lock was already released, or lost when its lease expired.");
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * lockfence.etcd_unlock(key, force DEFAULT false) -> boolean
+ *
+ * Releases a lock: deletes its key and revokes its lease.  Returns false,
+ * with a NOTICE, when the key was already gone.
+ *
+ * Only lock keys are released, "<name>/<lease hex>" attached to the lease
+ * their name ends in (checked by etcd in the same transaction as the
+ * deletion): revoking a lease deletes every key on it, so an arbitrary
+ * key (application configuration, say) must not be handed to it by
+ * mistake.  force => true deletes any key and revokes its lease.  Both
+ * requests are idempotent, so etcd_call retries them on the other
+ * endpoints within lockfence.etcd_request_timeout.  (Installed 1.1 SQL
+ * calls this with the key only: force is then false.)
+ */
+Datum
+lockfence_etcd_unlock(PG_FUNCTION_ARGS)
+{
+	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bool		force = PG_NARGS() > 1 ? PG_GETARG_BOOL(1) : false;
+	int64		lease = lease_from_key(key);
+
+	if (key[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("etcd lock key must not be empty")));
+	if (!force && lease == 0)
+		report_not_lock_key(key,
+							"Lock keys have the form <name>/<lease ID in lowercase hexadecimal>.");
+
+	if (lease > 0 && etcd_session_holds_key(lease, key))
+		return unlock_own_key(key, lease);
+	if (!force)
+		return unlock_lock_key(key, lease);
+	return unlock_forced(key);
+}
+
+/*
+ * lockfence.etcd_lock_and_fence(name, resource, ttl_seconds, wait_timeout)
+ *		-> bigint
+ *
+ * etcd_lock, then lockfence.fence(resource, token, holder => key) in the
+ * current transaction; returns the token.  Every argument is checked
+ * before etcd is contacted.  Until the fence accepted the token the lock
+ * is pending: any error (a rejected token, a cancel or statement timeout
+ * while the fence waits for another transaction's fence row, ...)
+ * releases it before the error propagates, since the caller never learns
+ * the key.
+ */
+Datum
+lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *resource;
+	int			ttl;
+	long		wait_ms;
+	EtcdLockResult res;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	resource = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	ttl = PG_GETARG_INT32(2);
+	check_lock_args(name, ttl);
+	lockfence_validate_resource(resource);
+	wait_ms = wait_timeout_ms(fcinfo, 3);
+
+	(void) acquire(name, ttl, wait_ms, false, &res);
+	PG_TRY();
+	{
+		(void) DirectFunctionCall3(lockfence_fence,
+								   CStringGetTextDatum(resource),
+								   Int64GetDatum(res.token),
+								   CStringGetTextDatum(res.key));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		release_after_error(res.lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	hand_over(&res);
+	PG_RETURN_INT64(res.token);
 }
 
 /*

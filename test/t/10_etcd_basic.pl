@@ -231,7 +231,7 @@ $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
   run_sql("SELECT * FROM lockfence.etcd_lock('perm')", extra_params => [ '-U', 'lf_app' ]);
 is($state, '42501', 'PUBLIC cannot call etcd_lock');
 $node->safe_psql('postgres',
-	'GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval), lockfence.etcd_unlock(text) TO lf_app'
+	'GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval), lockfence.etcd_unlock(text, boolean) TO lf_app'
 );
 ($rc, $out, $err, $state) = run_sql(
 	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('perm')",

@@ -115,7 +115,7 @@ is($r->{out}, 't', 'TLS works again after the failures (RESET ALL)') or diag exp
 $node->safe_psql('postgres', <<'EOF');
 CREATE ROLE plain LOGIN;
 GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval) TO plain;
-GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text) TO plain;
+GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text, boolean) TO plain;
 EOF
 LockfenceTest::EtcdCluster::check_superuser_only($node, 'plain',
 	'lockfence.etcd_cafile', 'lockfence.etcd_certfile', 'lockfence.etcd_keyfile');

@@ -10,7 +10,8 @@
 #	    through the next one within a request timeout of 2 s (each endpoint
 #	    gets a share of the timeout, not all of it);
 #	  - etcd_unlock of a lock this session acquired sends one revoke and no
-#	    deleterange; another holder's key is deleted and its lease revoked;
+#	    deleterange; another holder's key is deleted (in a txn that checks
+#	    it is attached to the lease its name ends in) and its lease revoked;
 #	    a key that is already gone gives false and a NOTICE.
 
 use strict;
@@ -86,7 +87,7 @@ $fault->clear;
 
 # 2. A hung unlock request on the first endpoint: the second endpoint
 # gets its turn within the 2 s request timeout.
-for my $path ('/v3/lease/revoke', '/v3/kv/deleterange')
+for my $path ('/v3/lease/revoke', '/v3/kv/txn')
 {
 	my $name = 'hang' . ++$n;
 	$s->query_safe("SET lockfence.etcd_endpoints = '$f,$f/" . ('/' x $n) . "'");
@@ -99,7 +100,8 @@ for my $path ('/v3/lease/revoke', '/v3/kv/deleterange')
 	}
 	else
 	{
-		# another holder's key (etcdctl's lease): deleted first
+		# another holder's key (etcdctl's lease): deleted first, by a txn
+		# that checks its lease
 		($lease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
 		$key = "$name/$lease";
 		$etcd->etcdctl('put', "--lease=$lease", $key, '');
@@ -155,14 +157,15 @@ is($s->query_safe("SELECT lockfence.etcd_keepalive($lease) > 0"), 't',
 	'our lease under another name: our lease survives');
 is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'cnt3 released');
 
-# Another holder's key: deleterange, then its lease is revoked.
+# Another holder's key: a txn deletes it (if attached to its lease), then
+# its lease is revoked.
 my ($olease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
 $key = "cnt4/$olease";
 $etcd->etcdctl('put', "--lease=$olease", $key, '');
-%before = map { $_ => hits($_) } ('/v3/kv/deleterange', '/v3/lease/revoke');
+%before = map { $_ => hits($_) } ('/v3/kv/txn', '/v3/lease/revoke');
 is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'etcdctl holder: etcd_unlock returns true');
-is(hits('/v3/kv/deleterange') - $before{'/v3/kv/deleterange'}, 1,
-	'etcdctl holder: one deleterange request');
+is(hits('/v3/kv/txn') - $before{'/v3/kv/txn'}, 1,
+	'etcdctl holder: one txn request');
 is(hits('/v3/lease/revoke') - $before{'/v3/lease/revoke'}, 1,
 	'etcdctl holder: its lease is revoked');
 ok(!key_exists($key), 'etcdctl holder: the key is gone');

@@ -1,0 +1,226 @@
+
+# 60_etcd_lock_and_fence_abort.pl
+#	  etcd_lock_and_fence leaves no lock behind when it fails after the lock
+#	  was granted but before the caller got anything (issue 7, item 6), and
+#	  checks every argument before contacting etcd (item 14):
+#	  - a statement_timeout or pg_cancel_backend while fence() waits for a
+#	    fence row locked by another transaction gives 57014, and the lock
+#	    key and its lease are gone when the error arrives (before the fix,
+#	    PL/pgSQL's WHEN OTHERS did not catch 57014 and the lock stayed held
+#	    until its TTL);
+#	  - the same inside a PL/pgSQL exception block that catches the error;
+#	  - a rejected token (LF001) still releases the lock;
+#	  - NULL, empty or over-long resource, NULL name, bad ttl or wait_timeout
+#	    are refused at once with the member paused (SIGSTOP): no request is
+#	    sent, so no lock is taken (before the fix the lock came first).
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::EtcdCluster;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'laf');
+$etcd->start;
+
+my $node = LockfenceTest::EtcdCluster::pg_node('laf', <<EOF);
+lockfence.etcd_endpoints = '@{[ $etcd->client_url(0) ]}'
+lockfence.etcd_request_timeout = '2s'
+EOF
+
+sub keys_under
+{
+	my ($prefix) = @_;
+	my $out = $etcd->etcdctl('get', '--prefix', '--keys-only', $prefix);
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+sub leases
+{
+	my $out = $etcd->etcdctl('lease', 'list');
+	return sort grep { /^[0-9a-f]+$/ } split /\n/, $out;
+}
+
+# Send a statement without waiting for its result.
+sub send_query
+{
+	my ($s, $sql) = @_;
+	$s->{stdin} .= "$sql\n";
+	$s->{run}->pump_nb;
+	return;
+}
+
+# Pump a session until its stderr shows an error; returns the time it did.
+sub wait_for_error
+{
+	my ($s, $seconds) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		$s->{run}->pump_nb;
+		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
+		usleep(1_000);
+	}
+	return undef;
+}
+
+# Poll until code returns true or the deadline passes.
+sub poll_until
+{
+	my ($seconds, $code) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		return 1 if $code->();
+		usleep(50_000);
+	}
+	return $code->();
+}
+
+my @base_leases = leases();
+
+# Another transaction fences the resource and keeps its fence row locked.
+my $blocker = LockfenceTest::EtcdCluster::session($node);
+my $canceller = LockfenceTest::EtcdCluster::session($node);
+
+sub block_resource
+{
+	my ($res) = @_;
+	$blocker->query_safe('BEGIN');
+	$blocker->query_safe("SELECT lockfence.fence('$res', 1)");
+	return;
+}
+
+sub unblock_resource
+{
+	$blocker->query_safe('ROLLBACK');
+	return;
+}
+
+# Is session $pid waiting for a lock (the fence row)?
+sub waits_on_lock
+{
+	my ($pid) = @_;
+	return $canceller->query_safe(
+		"SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $pid"
+	) eq 't';
+}
+
+# --- statement_timeout while fence() waits ---------------------------------
+
+block_resource('res-st');
+my $w = LockfenceTest::EtcdCluster::session($node);
+$w->query_safe("SET statement_timeout = '1500ms'");
+my $r = LockfenceTest::EtcdCluster::sql_try($w,
+	"SELECT lockfence.etcd_lock_and_fence('laf-st', 'res-st', 60)");
+is($r->{sqlstate}, '57014', 'statement_timeout while fencing gives 57014')
+  or diag explain $r;
+is_deeply([ keys_under('laf-st/') ], [],
+	'statement_timeout while fencing: no lock key left');
+is_deeply([ leases() ], \@base_leases,
+	'statement_timeout while fencing: no lease left');
+unblock_resource();
+$w->query_safe('RESET statement_timeout');
+
+# --- pg_cancel_backend while fence() waits ----------------------------------
+
+block_resource('res-c');
+my $wpid = $w->query_safe('SELECT pg_backend_pid()');
+$w->{stderr} = '';
+send_query($w, "SELECT lockfence.etcd_lock_and_fence('laf-c', 'res-c', 60);");
+ok(poll_until(30, sub { waits_on_lock($wpid) }),
+	'etcd_lock_and_fence waits for the fence row');
+is(scalar(keys_under('laf-c/')), 1, 'it holds the etcd lock while waiting');
+$canceller->query_safe("SELECT pg_cancel_backend($wpid)");
+ok(defined wait_for_error($w, 30), 'cancelled call got an error');
+like($w->{stderr}, qr/ERROR:\s+57014/, 'cancel while fencing gives 57014');
+is_deeply([ keys_under('laf-c/') ], [], 'cancel while fencing: no lock key left');
+is_deeply([ leases() ], \@base_leases, 'cancel while fencing: no lease left');
+unblock_resource();
+$w->{stderr} = '';
+is($w->query_safe('SELECT 1'), '1', 'session usable after the cancel');
+
+# --- statement_timeout caught by a PL/pgSQL exception block ----------------
+
+block_resource('res-sub');
+$w->{stderr} = '';
+$w->query_safe("SET statement_timeout = '1500ms'");
+$r = LockfenceTest::EtcdCluster::sql_try($w, q{
+DO $$
+BEGIN
+    BEGIN
+        PERFORM lockfence.etcd_lock_and_fence('laf-sub', 'res-sub', 60);
+    EXCEPTION WHEN query_canceled THEN
+        RAISE NOTICE 'caught %', SQLSTATE;
+    END;
+END;
+$$});
+ok($r->{ok}, 'timeout caught in a subtransaction') or diag explain $r;
+like($r->{stderr}, qr/caught 57014/, 'the handler saw 57014');
+is_deeply([ keys_under('laf-sub/') ], [], 'caught timeout: no lock key left');
+is_deeply([ leases() ], \@base_leases, 'caught timeout: no lease left');
+unblock_resource();
+$w->query_safe('RESET statement_timeout');
+
+# --- a rejected token still releases the lock ------------------------------
+
+$canceller->query_safe("SELECT lockfence.fence('res-stale', 9223372036854775000)");
+$r = LockfenceTest::EtcdCluster::sql_try($w,
+	"SELECT lockfence.etcd_lock_and_fence('laf-stale', 'res-stale', 60)");
+is($r->{sqlstate}, 'LF001', 'stale token gives LF001') or diag explain $r;
+is_deeply([ keys_under('laf-stale/') ], [], 'LF001: no lock key left');
+is_deeply([ leases() ], \@base_leases, 'LF001: no lease left');
+
+# --- success hands the lock over -------------------------------------------
+
+$r = LockfenceTest::EtcdCluster::sql_try($w,
+	"SELECT lockfence.etcd_lock_and_fence('laf-ok', 'res-ok', 60)");
+ok($r->{ok} && $r->{out} =~ /^\d+$/, 'etcd_lock_and_fence returns a token')
+  or diag explain $r;
+my @k = keys_under('laf-ok/');
+is(scalar(@k), 1, 'the lock is held after success');
+is($w->query_safe("SELECT lockfence.etcd_unlock('$k[0]')"), 't',
+	'and can be released with its key');
+
+# --- arguments are checked before etcd is contacted ------------------------
+
+# With the member paused, any request would hang until the request
+# timeout (2 s) and fail with 08006: an immediate argument error proves
+# that nothing was sent.
+$etcd->pause_member(0);
+my $long = 'x' x 300;
+my @bad = (
+	[ "'laf-v', NULL", '22004', 'NULL resource' ],
+	[ "'laf-v', ''", '22023', 'empty resource' ],
+	[ "'laf-v', '$long'", '22001', 'over-long resource' ],
+	[ "NULL, 'r'", '22004', 'NULL name' ],
+	[ "'', 'r'", '22023', 'empty name' ],
+	[ "'laf-v', 'r', 0", '22023', 'ttl_seconds 0' ],
+	[ "'laf-v', 'r', NULL", '22004', 'NULL ttl_seconds' ],
+	[ "'laf-v', 'r', 30, '-1 s'", '22023', 'negative wait_timeout' ],);
+for my $b (@bad)
+{
+	my ($args, $state, $what) = @$b;
+	$r = LockfenceTest::EtcdCluster::sql_try($w,
+		"SELECT lockfence.etcd_lock_and_fence($args)");
+	is($r->{sqlstate}, $state, "$what: $state") or diag explain $r;
+	ok($r->{secs} < 1.5,
+		sprintf('%s: refused before contacting etcd (%.0f ms)',
+			$what, $r->{secs} * 1000));
+}
+$etcd->resume_member(0);
+$etcd->wait_healthy(30);
+is_deeply([ keys_under('laf-v/') ], [], 'invalid arguments: no lock key');
+is_deeply([ leases() ], \@base_leases, 'invalid arguments: no lease');
+
+$w->quit;
+$blocker->quit;
+$canceller->quit;
+$node->stop;
+# stop etcd here: stopping it again at global destruction would set the exit code
+$etcd->stop;
+done_testing();
