@@ -163,6 +163,12 @@ SELECT lockfence.current_token('orders');
 RESET search_path;
 DROP SCHEMA evil CASCADE;
 
+-- etcd_lock_and_fence checks its arguments before contacting etcd (no
+-- endpoint is configured here): its lock key is the fence's holder, so
+-- the name must leave room for "/" and 16 hex digits
+SELECT lockfence.etcd_lock_and_fence(repeat('n', 239), 'r');
+SELECT lockfence.etcd_lock_and_fence('n', NULL);
+
 -- the fence table is dumped with the data
 SELECT c.relname, e.extcondition
   FROM pg_extension e, unnest(e.extconfig) AS cfg(oid)

@@ -1208,6 +1208,13 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	ttl = PG_GETARG_INT32(2);
 	check_lock_args(name, ttl);
 	lockfence_validate_resource(resource);
+	/* The key, NAME/LEASEHEX, is the fence's holder: it must fit too. */
+	if (strlen(name) + 1 + 16 > LOCKFENCE_MAX_HOLDER_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("etcd lock name is too long for etcd_lock_and_fence"),
+				 errdetail("The lock key, the name followed by \"/\" and up to 16 hexadecimal digits, is the fence's holder, which is limited to %d bytes.",
+						   LOCKFENCE_MAX_HOLDER_BYTES)));
 	wait_ms = wait_timeout_ms(fcinfo, 3);
 
 	(void) acquire(name, ttl, wait_ms, false, &res);
