@@ -17,6 +17,12 @@
  * it is no longer valid.  The password is only ever put in the body of
  * the authenticate request, never in a message.
  *
+ * Every 200 reply is checked against the request it answers, as far as
+ * etcd's replies identify it (etcd_reply_matches): an HTTP/1.1 connection
+ * out of step with its server would otherwise hand us the answer to
+ * another request.  A reply that fails the check is malformed (08P01), and
+ * the connections are not used again.
+ *
  * IDENTIFICATION
  *	  src/etcd_client.c
  *
@@ -652,10 +658,12 @@ exchange(const char *path, const char *body, const char *token,
  * in (http_code, grpc_code, error_text), so callers can handle expected
  * errors such as "lease not found"; etcd_report_reply_error() raises it.
  *
- * Transport failures and malformed replies raise errors, unless quiet,
- * in which case they return false with reply->http_code = 0.  Quiet calls
- * never raise errors of their own and ignore interrupts; they are for
- * cleanup with interrupts held.
+ * Transport failures and malformed replies (including a reply that does
+ * not answer this request) raise errors, unless quiet, in which case they
+ * return false with reply->http_code = 0.  Quiet calls never raise errors
+ * of their own, whatever the reply, and ignore interrupts; they are for
+ * cleanup with interrupts held, where an error would replace the one being
+ * cleaned up (or, at exit, become FATAL).
  */
 bool
 etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,

@@ -81,10 +81,17 @@ static bool forget_pending = false;
  * Every socket libcurl opened and has not closed yet, through our
  * open/close socket callbacks: those not in socks[] (which a running
  * transfer uses) belong to kept-alive connections waiting in the pool.
+ * multiplexed: the connection carries HTTP/2, whose frames name their
+ * stream, and on which the server may send frames of its own at any time.
  * untracked: more sockets were opened than fit here.
  */
 #define ETCD_MAX_OPEN_SOCKS 64
-static curl_socket_t open_socks[ETCD_MAX_OPEN_SOCKS];
+typedef struct EtcdOpenSock
+{
+	curl_socket_t fd;
+	bool		multiplexed;
+} EtcdOpenSock;
+static EtcdOpenSock open_socks[ETCD_MAX_OPEN_SOCKS];
 static int	n_open_socks = 0;
 static bool untracked_socks = false;
 
@@ -100,6 +107,7 @@ static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose,
 								   struct curl_sockaddr *address);
 static int	closesocket_cb(void *clientp, curl_socket_t item);
 static bool idle_connection_has_input(void);
+static void note_connection(CURL *easy);
 
 /*
  * Write callback: append to the reply buffer, refusing more than
@@ -191,7 +199,11 @@ opensocket_cb(void *clientp, curlsocktype purpose,
 	if (s == CURL_SOCKET_BAD)
 		return s;
 	if (n_open_socks < ETCD_MAX_OPEN_SOCKS)
-		open_socks[n_open_socks++] = s;
+	{
+		open_socks[n_open_socks].fd = s;
+		open_socks[n_open_socks].multiplexed = false;
+		n_open_socks++;
+	}
 	else
 		untracked_socks = true;
 	return s;
@@ -207,7 +219,7 @@ closesocket_cb(void *clientp, curl_socket_t item)
 
 	for (i = 0; i < n_open_socks; i++)
 	{
-		if (open_socks[i] == item)
+		if (open_socks[i].fd == item)
 		{
 			open_socks[i] = open_socks[--n_open_socks];
 			break;
@@ -217,12 +229,35 @@ closesocket_cb(void *clientp, curl_socket_t item)
 }
 
 /*
- * Has any kept-alive connection waiting in the pool (an open socket that
- * no running transfer uses) received bytes (or an end of file or error)?
- * Between requests, an HTTP/1.1 server has nothing to say: such bytes are
- * an answer to nothing we sent, which would be read as the answer to our
- * next request on that connection.  libcurl 7.88 reuses such a connection
- * (it only peeks for an end of file), hence this check.  Unknown sockets
+ * Note the protocol of a finished transfer's connection, if it stays in
+ * the pool (libcurl then reports it as the handle's active socket).
+ */
+static void
+note_connection(CURL *easy)
+{
+	long		version = 0;
+	curl_socket_t s = CURL_SOCKET_BAD;
+	int			i;
+
+	if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+		curl_easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &s) != CURLE_OK ||
+		s == CURL_SOCKET_BAD)
+		return;
+	for (i = 0; i < n_open_socks; i++)
+		if (open_socks[i].fd == s)
+			open_socks[i].multiplexed = (version >= CURL_HTTP_VERSION_2_0);
+}
+
+/*
+ * Has any HTTP/1.x kept-alive connection waiting in the pool (an open
+ * socket that no running transfer uses) received bytes (or an end of file
+ * or error)?  Between requests, an HTTP/1.1 server has nothing to say:
+ * such bytes are an answer to nothing we sent, which would be read as the
+ * answer to our next request on that connection.  libcurl 7.88 reuses such
+ * a connection (it only peeks for an end of file), hence this check.
+ * HTTP/2 connections are left out: their frames name the stream they
+ * belong to, so they cannot get out of step, and servers send frames of
+ * their own on them (window updates, pings).  Sockets we lost track of
  * count as having input, to fail safe.
  */
 static bool
@@ -240,11 +275,11 @@ idle_connection_has_input(void)
 		bool		running = false;
 
 		for (j = 0; j < nsocks; j++)
-			if (socks[j].fd == open_socks[i])
+			if (socks[j].fd == open_socks[i].fd)
 				running = true;
-		if (running)
+		if (running || open_socks[i].multiplexed)
 			continue;
-		pfd[n].fd = open_socks[i];
+		pfd[n].fd = open_socks[i].fd;
 		pfd[n].events = POLLIN;
 		pfd[n].revents = 0;
 		n++;
@@ -376,6 +411,7 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 	 */
 	if (multi != NULL && idle_connection_has_input())
 	{
+		elog(DEBUG1, "etcd: a kept-alive connection received bytes between requests; its connections are not used again");
 		etcd_http_forget_connections();
 		fresh = (multi != NULL);
 	}
@@ -506,6 +542,7 @@ collect_done(void)
 		req->result = msg->data.result;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE,
 						  &req->http_code);
+		note_connection(msg->easy_handle);
 		ndone++;
 	}
 	return ndone;

@@ -3,11 +3,16 @@
  * etcd_json.c
  *	  Parsing etcd's JSON replies, and base64 for keys and values.
  *
- * A reply is first validated with PostgreSQL's JSON lexer (pg_parse_json,
+ * A reply is first scanned for what the parsers would raise errors of
+ * their own for (nesting beyond ETCD_MAX_JSON_DEPTH, numbers out of
+ * range), then validated with PostgreSQL's JSON lexer (pg_parse_json,
  * which reports errors as values instead of raising them), then converted
  * to jsonb, whose containers are searched for the fields we need.  Every
  * field is checked for its type: anything unexpected is a malformed reply
- * (SQLSTATE 08P01), never a crash or a wrong value.
+ * (SQLSTATE 08P01), never a crash, another error or a wrong value.
+ * Parsing never raises an error, and the etcd_json_get_* readers do not
+ * either, for the quiet calls of error cleanup and backend exit.  An error
+ * in a field names the request whose reply holds it.
  *
  * IDENTIFICATION
  *	  src/etcd_json.c
