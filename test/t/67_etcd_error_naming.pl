@@ -5,8 +5,10 @@
 #	  failed lock request names the endpoint it went to, not the one the
 #	  keepalive moved on to meanwhile.  A wait_timeout too long to count in
 #	  milliseconds waits without limit instead of wrapping around to a
-#	  short (or negative) one.  Faulty replies come from
-#	  test/fault_http_server.py in front of a real etcd with authentication.
+#	  short (or negative) one.  A quiet call at backend exit that has to
+#	  authenticate again stays quiet when that reply is malformed.  Faulty
+#	  replies come from test/fault_http_server.py in front of a real etcd
+#	  with authentication.
 
 use strict;
 use warnings;
@@ -108,6 +110,33 @@ is($r->{sqlstate}, '22023', 'a small negative one is refused');
 $r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '1 second')");
 is($r->{sqlstate}, '55P03', 'a short one still times out');
 $holder->quit;
+
+# --- 4. a quiet call that must authenticate again (at backend exit) ----------
+# The exit callback revokes the session's lease; etcd refuses the cached
+# token (authentication was switched off and on), and the new token comes
+# in a malformed reply.  The quiet call gives up without an error.
+my $e = LockfenceTest::EtcdCluster::session($node);
+my $epid = $e->query_safe('SELECT pg_backend_pid()');
+my $elease = $e->query_safe("SELECT lease FROM lockfence.etcd_lock('n5', 30, '5s')");
+ok($elease > 0, 'exit with a stale token: lock held');
+$etcd->auth_disable;
+$etcd->auth_enable;
+$p1->set(path => '/v3/auth/authenticate', mode => 'mutate',
+	ops => [ { op => 'set', path => ['token'], value => { not => 'a string' } } ]);
+my $offset = -s $node->logfile;
+$e->quit;
+my $deadline = time + 20;
+while (time < $deadline &&
+	$node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $epid") ne '0')
+{
+	select(undef, undef, undef, 0.05);
+}
+select(undef, undef, undef, 0.3);
+ok(($p1->hits->{'/v3/auth/authenticate'} // 0) >= 1, 'exit with a stale token: authentication was tried');
+$p1->clear;
+my @own = grep { /\[$epid\]/ } split /\n/, slurp_file($node->logfile, $offset);
+unlike(join("\n", @own), qr/(?:FATAL|ERROR|PANIC):/, 'exit with a stale token: no error at exit')
+  or diag join("\n", @own);
 
 $node->stop;
 $p1->stop;
