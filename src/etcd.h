@@ -27,6 +27,9 @@
 /* Largest reply body accepted from etcd, in bytes. */
 #define ETCD_MAX_REPLY_BYTES	(1024 * 1024)
 
+/* Deepest nesting of objects and arrays accepted in a reply. */
+#define ETCD_MAX_JSON_DEPTH		64
+
 /* Longest lock name accepted, in bytes. */
 #define ETCD_MAX_NAME_BYTES		1024
 
@@ -62,9 +65,11 @@ extern EtcdHttpStatus etcd_http_status(EtcdHttpReq *req);
 extern long etcd_http_code(EtcdHttpReq *req);
 extern const char *etcd_http_error(EtcdHttpReq *req);
 extern char *etcd_http_take_body(EtcdHttpReq *req, int *len);
+extern const char *etcd_http_request_body(EtcdHttpReq *req);
 extern void etcd_http_finish(EtcdHttpReq *req);
 extern bool etcd_http_wait(long max_wait_ms);
 extern void etcd_http_abort_all(void);
+extern void etcd_http_forget_connections(void);
 
 /* etcd_client.c: one RPC with failover and authentication */
 typedef struct EtcdReply
@@ -89,16 +94,33 @@ extern bool etcd_transient_failure(long http_code, int grpc_code,
 								   const char *error_text);
 extern long etcd_attempt_timeout(long timeout_ms, int n_endpoints);
 extern bool etcd_reply_auth_invalid(EtcdReply *reply);
+extern bool etcd_reply_matches(const char *path, const char *request_body,
+							   Jsonb *jb, const char **why);
 extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 										const char *endpoint,
 										const char *detail)
 			pg_attribute_noreturn();
 
 /* etcd_json.c */
+typedef enum EtcdFieldStatus
+{
+	ETCD_FIELD_ABSENT,			/* absent or null */
+	ETCD_FIELD_OK,
+	ETCD_FIELD_BAD				/* present, of the wrong type or form */
+} EtcdFieldStatus;
+
 extern const char *etcd_reply_context;
 extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
+extern bool etcd_parse_reply_from(const char *body, int len, const char *what,
+								  const char *endpoint, Jsonb **result,
+								  const char **why);
+extern const char *etcd_reply_origin(const void *container);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
+extern EtcdFieldStatus etcd_json_get_int64(JsonbContainer *c, const char *key,
+										   int64 *value);
 extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);
+extern EtcdFieldStatus etcd_json_get_string(JsonbContainer *c, const char *key,
+											char **value);
 extern char *etcd_json_string(JsonbContainer *c, const char *key);
 extern int	etcd_json_array_length(JsonbContainer *c, const char *key);
 extern JsonbContainer *etcd_json_array_object(JsonbContainer *c,

@@ -17,6 +17,12 @@
  * it is no longer valid.  The password is only ever put in the body of
  * the authenticate request, never in a message.
  *
+ * Every 200 reply is checked against the request it answers, as far as
+ * etcd's replies identify it (etcd_reply_matches): an HTTP/1.1 connection
+ * out of step with its server would otherwise hand us the answer to
+ * another request.  A reply that fails the check is malformed (08P01), and
+ * the connections are not used again.
+ *
  * IDENTIFICATION
  *	  src/etcd_client.c
  *
@@ -301,21 +307,283 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 
 /*
  * Fill in grpc_code and error_text from an error reply's JSON, if any.
+ * Never raises an error: returns false when a field etcd's error replies
+ * carry has the wrong type (a malformed reply).
  */
-static void
+static bool
 read_error_fields(EtcdReply *reply)
 {
 	JsonbContainer *root;
 	int64		code = 0;
+	char	   *text = NULL;
+	EtcdFieldStatus st;
 
 	if (reply->json == NULL)
-		return;
+		return true;
 	root = &reply->json->root;
-	if (etcd_json_int64(root, "code", &code))
+	st = etcd_json_get_int64(root, "code", &code);
+	if (st == ETCD_FIELD_BAD || code < PG_INT32_MIN || code > PG_INT32_MAX)
+		return false;
+	if (st == ETCD_FIELD_OK)
 		reply->grpc_code = (int) code;
-	reply->error_text = etcd_json_string(root, "message");
-	if (reply->error_text == NULL)
-		reply->error_text = etcd_json_string(root, "error");
+	if (etcd_json_get_string(root, "message", &text) == ETCD_FIELD_BAD)
+		return false;
+	if (text == NULL &&
+		etcd_json_get_string(root, "error", &text) == ETCD_FIELD_BAD)
+		return false;
+	reply->error_text = text;
+	return true;
+}
+
+/*
+ * Decode a base64 key field of an object; NULL when absent or invalid.
+ */
+static char *
+key_field(JsonbContainer *c, const char *field, int *len)
+{
+	char	   *b64;
+
+	if (c == NULL ||
+		etcd_json_get_string(c, field, &b64) != ETCD_FIELD_OK)
+		return NULL;
+	return etcd_b64_decode(b64, len);
+}
+
+/*
+ * Byte-wise comparison of two keys, as etcd orders them.
+ */
+static int
+key_cmp(const char *a, int alen, const char *b, int blen)
+{
+	int			r = memcmp(a, b, Min(alen, blen));
+
+	if (r != 0)
+		return r;
+	return (alen > blen) - (alen < blen);
+}
+
+/*
+ * The JSON object (or array) stored under key in c, or NULL.
+ */
+static JsonbContainer *
+container_field(JsonbContainer *c, const char *key, bool array)
+{
+	JsonbValue *v;
+
+	if (c == NULL || !JsonContainerIsObject(c))
+		return NULL;
+	v = getKeyJsonValueFromContainer(c, key, strlen(key), NULL);
+	if (v == NULL || v->type != jbvBinary)
+		return NULL;
+	if (array ? !JsonContainerIsArray(v->val.binary.data) :
+		!JsonContainerIsObject(v->val.binary.data))
+		return NULL;
+	return v->val.binary.data;
+}
+
+/*
+ * Is the member key of c absent or null?
+ */
+static bool
+field_absent(JsonbContainer *c, const char *key)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(c, key, strlen(key), NULL);
+
+	return v == NULL || v->type == jbvNull;
+}
+
+/*
+ * Does every key-value pair in the array kvs_field of resp lie in the
+ * range the request req (key, range_end) asked for?  etcd's replies carry
+ * the keys, so a reply to another request is told apart here.
+ */
+static bool
+keys_in_range(JsonbContainer *req, JsonbContainer *resp,
+			  const char *kvs_field)
+{
+	char	   *key;
+	char	   *end;
+	int			keylen;
+	int			endlen = 0;
+	JsonbContainer *kvs;
+	int			n;
+	int			i;
+
+	key = key_field(req, "key", &keylen);
+	end = key_field(req, "range_end", &endlen);
+	if (key == NULL)
+		return false;
+	if (field_absent(resp, kvs_field))
+		return true;			/* nothing found: etcd omits the array */
+	kvs = container_field(resp, kvs_field, true);
+	if (kvs == NULL)
+		return false;
+	n = JsonContainerSize(kvs);
+	for (i = 0; i < n; i++)
+	{
+		JsonbValue *elem = getIthJsonbValueFromContainer(kvs, i);
+		char	   *k;
+		int			klen;
+
+		if (elem == NULL || elem->type != jbvBinary ||
+			!JsonContainerIsObject(elem->val.binary.data))
+			return false;
+		k = key_field(elem->val.binary.data, "key", &klen);
+		if (k == NULL)
+			return false;
+		if (end == NULL)
+		{
+			/* a single key */
+			if (key_cmp(k, klen, key, keylen) != 0)
+				return false;
+		}
+		else if (key_cmp(k, klen, key, keylen) < 0 ||
+				 (!(endlen == 1 && end[0] == '\0') &&
+				  key_cmp(k, klen, end, endlen) >= 0))
+			return false;		/* range_end "\0" means every key >= key */
+	}
+	return true;
+}
+
+/*
+ * Does a transaction reply answer the transaction req: one response per
+ * operation of the branch that ran, each of the operation's kind, and
+ * range results within the range asked for?
+ */
+static bool
+txn_matches(JsonbContainer *req, JsonbContainer *resp)
+{
+	static const char *const kinds[][2] = {
+		{"request_range", "response_range"},
+		{"request_put", "response_put"},
+		{"request_delete_range", "response_delete_range"},
+		{"request_txn", "response_txn"},
+	};
+	JsonbValue *succ;
+	bool		succeeded = false;
+	JsonbContainer *ops;
+	JsonbContainer *responses;
+	int			nops;
+	int			i;
+
+	succ = getKeyJsonValueFromContainer(resp, "succeeded", 9, NULL);
+	if (succ != NULL && succ->type == jbvBool)
+		succeeded = succ->val.boolean;
+	else if (succ != NULL && succ->type != jbvNull)
+		return false;
+	ops = container_field(req, succeeded ? "success" : "failure", true);
+	nops = ops ? JsonContainerSize(ops) : 0;
+	if (field_absent(resp, "responses"))
+		return nops == 0;
+	responses = container_field(resp, "responses", true);
+	if (responses == NULL || (int) JsonContainerSize(responses) != nops)
+		return false;
+
+	for (i = 0; i < nops; i++)
+	{
+		JsonbValue *op = getIthJsonbValueFromContainer(ops, i);
+		JsonbValue *r = getIthJsonbValueFromContainer(responses, i);
+		int			k;
+
+		if (op == NULL || op->type != jbvBinary ||
+			r == NULL || r->type != jbvBinary)
+			return false;
+		for (k = 0; k < (int) lengthof(kinds); k++)
+		{
+			JsonbContainer *rq = container_field(op->val.binary.data,
+												 kinds[k][0], false);
+			JsonbContainer *rs;
+
+			if (rq == NULL)
+				continue;
+			rs = container_field(r->val.binary.data, kinds[k][1], false);
+			if (rs == NULL)
+				return false;
+			if (k == 0 && !keys_in_range(rq, rs, "kvs"))
+				return false;
+			if (k == 2 && !keys_in_range(rq, rs, "prev_kvs"))
+				return false;
+			break;
+		}
+	}
+	return true;
+}
+
+/*
+ * Does a 200 reply answer the request that was sent (and not some other
+ * request on the same connection)?  Checked as far as etcd's replies carry
+ * what identifies the request: the lease ID of a keepalive, the keys of a
+ * range, a delete (with prev_kv) or the operations of a transaction.  A
+ * revocation reply carries only a header, so anything else in it means it
+ * answers another request.  Never raises an error; *why tells what did not
+ * match.
+ */
+bool
+etcd_reply_matches(const char *path, const char *request_body, Jsonb *jb,
+				   const char **why)
+{
+	JsonbContainer *root = &jb->root;
+	Jsonb	   *reqjb = NULL;
+	JsonbContainer *req;
+
+	*why = NULL;
+	if (strcmp(path, "/v3/lease/revoke") == 0)
+	{
+		JsonbIterator *it = JsonbIteratorInit(root);
+		JsonbValue	v;
+		JsonbIteratorToken tok;
+
+		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		{
+			if (tok == WJB_KEY &&
+				!(v.val.string.len == 6 &&
+				  memcmp(v.val.string.val, "header", 6) == 0))
+			{
+				*why = "The reply to a lease revocation carries fields of another reply.";
+				return false;
+			}
+		}
+		return true;
+	}
+	if (strcmp(path, "/v3/lease/keepalive") != 0 &&
+		strcmp(path, "/v3/kv/range") != 0 &&
+		strcmp(path, "/v3/kv/deleterange") != 0 &&
+		strcmp(path, "/v3/kv/txn") != 0)
+		return true;			/* nothing in the reply names the request */
+
+	if (!etcd_parse_reply_from(request_body, strlen(request_body), NULL, NULL,
+							   &reqjb, NULL))
+		return true;			/* not ours to judge */
+	req = &reqjb->root;
+
+	if (strcmp(path, "/v3/lease/keepalive") == 0)
+	{
+		JsonbContainer *result = container_field(root, "result", false);
+		int64		want = 0;
+		int64		got = 0;
+
+		(void) etcd_json_get_int64(req, "ID", &want);
+		if (result == NULL)
+			*why = "The keepalive reply carries no \"result\" object.";
+		else if (etcd_json_get_int64(result, "ID", &got) != ETCD_FIELD_OK ||
+				 got != want)
+			*why = psprintf("The keepalive reply is for lease " INT64_FORMAT ", not " INT64_FORMAT ".",
+							got, want);
+	}
+	else if (strcmp(path, "/v3/kv/range") == 0)
+	{
+		if (!keys_in_range(req, root, "kvs"))
+			*why = "The range reply carries keys outside the range asked for.";
+	}
+	else if (strcmp(path, "/v3/kv/deleterange") == 0)
+	{
+		if (!keys_in_range(req, root, "prev_kvs"))
+			*why = "The delete reply carries keys outside the range asked for.";
+	}
+	else if (!txn_matches(req, root))
+		*why = "The transaction reply does not answer the operations sent.";
+
+	return *why == NULL;
 }
 
 /*
@@ -390,10 +658,12 @@ exchange(const char *path, const char *body, const char *token,
  * in (http_code, grpc_code, error_text), so callers can handle expected
  * errors such as "lease not found"; etcd_report_reply_error() raises it.
  *
- * Transport failures and malformed replies raise errors, unless quiet,
- * in which case they return false with reply->http_code = 0.  Quiet calls
- * never raise errors of their own and ignore interrupts; they are for
- * cleanup with interrupts held.
+ * Transport failures and malformed replies (including a reply that does
+ * not answer this request) raise errors, unless quiet, in which case they
+ * return false with reply->http_code = 0.  Quiet calls never raise errors
+ * of their own, whatever the reply, and ignore interrupts; they are for
+ * cleanup with interrupts held, where an error would replace the one being
+ * cleaned up (or, at exit, become FATAL).
  */
 bool
 etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
@@ -411,7 +681,6 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	int			n;
 
 	memset(reply, 0, sizeof(EtcdReply));
-	etcd_reply_context = path;
 	n = etcd_endpoint_count();
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	attempt_ms = etcd_attempt_timeout(timeout_ms, n);
@@ -439,27 +708,33 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		if (st == ETCD_HTTP_DONE)
 		{
 			Jsonb	   *jb = NULL;
-			bool		parsed = etcd_parse_reply(resp, resp_len, &jb);
+			const char *why = NULL;
+			bool		parsed;
 
+			parsed = etcd_parse_reply_from(resp, resp_len, path,
+										   last_endpoint, &jb, &why);
 			reply->http_code = http_code;
 			reply->endpoint = last_endpoint;
 			reply->json = parsed ? jb : NULL;
 
-			if (http_code == 200 && parsed)
+			if (http_code == 200 && parsed &&
+				etcd_reply_matches(path, body, jb, &why))
 				return true;
-			if (http_code == 200)
+			if (http_code == 200 || !read_error_fields(reply))
 			{
+				/* a malformed reply, or one to another request */
+				if (why == NULL)
+					why = "The error reply's \"code\" or \"message\" field has the wrong type.";
 				if (quiet)
 				{
-					reply->http_code = 0;
+					etcd_http_forget_connections();
+					memset(reply, 0, sizeof(EtcdReply));
 					return false;
 				}
 				etcd_malformed_reply(path,
-									 psprintf("The reply from %s is not a JSON object.",
+									 psprintf("%s Endpoint: %s.", why,
 											  last_endpoint));
 			}
-
-			read_error_fields(reply);
 
 			if (!is_auth && token && !refreshed &&
 				etcd_reply_auth_invalid(reply))
@@ -595,7 +870,7 @@ etcd_auth_token(bool quiet)
 		etcd_report_reply_error("authentication", &reply);
 	}
 
-	token = etcd_json_string(&reply.json->root, "token");
+	(void) etcd_json_get_string(&reply.json->root, "token", &token);
 	if (token == NULL || token[0] == '\0' || strpbrk(token, "\r\n") != NULL)
 	{
 		if (quiet)

@@ -22,6 +22,9 @@
  */
 #include "postgres.h"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <curl/curl.h>
 
 #include "miscadmin.h"
@@ -68,6 +71,30 @@ static bool socks_overflow = false;
 static long curl_timer_ms = -1;	/* -1: no timer */
 static TimestampTz curl_timer_set_at = 0;
 
+/*
+ * Set after a reply anomaly: the kept-alive connections are closed as soon
+ * as no request is live (see etcd_http_forget_connections).
+ */
+static bool forget_pending = false;
+
+/*
+ * Every socket libcurl opened and has not closed yet, through our
+ * open/close socket callbacks: those not in socks[] (which a running
+ * transfer uses) belong to kept-alive connections waiting in the pool.
+ * multiplexed: the connection carries HTTP/2, whose frames name their
+ * stream, and on which the server may send frames of its own at any time.
+ * untracked: more sockets were opened than fit here.
+ */
+#define ETCD_MAX_OPEN_SOCKS 64
+typedef struct EtcdOpenSock
+{
+	curl_socket_t fd;
+	bool		multiplexed;
+} EtcdOpenSock;
+static EtcdOpenSock open_socks[ETCD_MAX_OPEN_SOCKS];
+static int	n_open_socks = 0;
+static bool untracked_socks = false;
+
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static int	socket_cb(CURL *easy, curl_socket_t s, int what, void *userp,
 					  void *socketp);
@@ -75,6 +102,12 @@ static int	timer_cb(CURLM *m, long timeout_ms, void *userp);
 static int	collect_done(void);
 static void ensure_multi(void);
 static void free_req(EtcdHttpReq *req);
+static void drop_pool_if_idle(void);
+static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose,
+								   struct curl_sockaddr *address);
+static int	closesocket_cb(void *clientp, curl_socket_t item);
+static bool idle_connection_has_input(void);
+static void note_connection(CURL *easy);
 
 /*
  * Write callback: append to the reply buffer, refusing more than
@@ -154,6 +187,109 @@ timer_cb(CURLM *m, long timeout_ms, void *userp)
 }
 
 /*
+ * Open-socket callback: open the socket as libcurl would, and remember it.
+ */
+static curl_socket_t
+opensocket_cb(void *clientp, curlsocktype purpose,
+			  struct curl_sockaddr *address)
+{
+	curl_socket_t s;
+
+	s = socket(address->family, address->socktype, address->protocol);
+	if (s == CURL_SOCKET_BAD)
+		return s;
+	if (n_open_socks < ETCD_MAX_OPEN_SOCKS)
+	{
+		open_socks[n_open_socks].fd = s;
+		open_socks[n_open_socks].multiplexed = false;
+		n_open_socks++;
+	}
+	else
+		untracked_socks = true;
+	return s;
+}
+
+/*
+ * Close-socket callback: forget the socket and close it.
+ */
+static int
+closesocket_cb(void *clientp, curl_socket_t item)
+{
+	int			i;
+
+	for (i = 0; i < n_open_socks; i++)
+	{
+		if (open_socks[i].fd == item)
+		{
+			open_socks[i] = open_socks[--n_open_socks];
+			break;
+		}
+	}
+	return close(item);
+}
+
+/*
+ * Note the protocol of a finished transfer's connection, if it stays in
+ * the pool (libcurl then reports it as the handle's active socket).
+ */
+static void
+note_connection(CURL *easy)
+{
+	long		version = 0;
+	curl_socket_t s = CURL_SOCKET_BAD;
+	int			i;
+
+	if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+		curl_easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &s) != CURLE_OK ||
+		s == CURL_SOCKET_BAD)
+		return;
+	for (i = 0; i < n_open_socks; i++)
+		if (open_socks[i].fd == s)
+			open_socks[i].multiplexed = (version >= CURL_HTTP_VERSION_2_0);
+}
+
+/*
+ * Has any HTTP/1.x kept-alive connection waiting in the pool (an open
+ * socket that no running transfer uses) received bytes (or an end of file
+ * or error)?  Between requests, an HTTP/1.1 server has nothing to say:
+ * such bytes are an answer to nothing we sent, which would be read as the
+ * answer to our next request on that connection.  libcurl 7.88 reuses such
+ * a connection (it only peeks for an end of file), hence this check.
+ * HTTP/2 connections are left out: their frames name the stream they
+ * belong to, so they cannot get out of step, and servers send frames of
+ * their own on them (window updates, pings).  Sockets we lost track of
+ * count as having input, to fail safe.
+ */
+static bool
+idle_connection_has_input(void)
+{
+	struct pollfd pfd[ETCD_MAX_OPEN_SOCKS];
+	int			n = 0;
+	int			i;
+	int			j;
+
+	if (untracked_socks)
+		return true;
+	for (i = 0; i < n_open_socks; i++)
+	{
+		bool		running = false;
+
+		for (j = 0; j < nsocks; j++)
+			if (socks[j].fd == open_socks[i].fd)
+				running = true;
+		if (running || open_socks[i].multiplexed)
+			continue;
+		pfd[n].fd = open_socks[i].fd;
+		pfd[n].events = POLLIN;
+		pfd[n].revents = 0;
+		n++;
+	}
+	if (n == 0)
+		return false;
+	return poll(pfd, n, 0) != 0;	/* input, or poll failed: not clean */
+}
+
+/*
  * Create the backend's multi handle on first use.
  */
 static void
@@ -206,6 +342,49 @@ free_req(EtcdHttpReq *req)
 	free(req->body);
 	free(req->resp);
 	free(req);
+	drop_pool_if_idle();
+}
+
+/*
+ * Close every kept-alive connection, if that was asked for and no request
+ * is live: the multi handle holds the connection pool, so it is simply
+ * destroyed, and made again by the next request.
+ */
+static void
+drop_pool_if_idle(void)
+{
+	if (!forget_pending || live_reqs != NULL)
+		return;
+	forget_pending = false;
+	if (multi == NULL)
+		return;
+	curl_multi_cleanup(multi);
+	multi = NULL;
+	nsocks = 0;
+	socks_overflow = false;
+	curl_timer_ms = -1;
+	/* every connection is closed now, through closesocket_cb */
+	n_open_socks = 0;
+	untracked_socks = false;
+}
+
+/*
+ * Never send another request on a connection that brought a reply we could
+ * not match to its request (malformed, or answering another request): the
+ * connection may be out of step, holding or about to receive a reply that
+ * belongs to nothing we sent.  etcd_http_start() already refuses a
+ * connection with unread bytes, but bytes that arrive after the next
+ * request went out are read as its reply, and only the caller's check of
+ * that reply against its request can tell.  So after any anomaly every
+ * kept-alive connection is closed, at once when no request is live, else
+ * when the last live one is released (the error that follows an anomaly
+ * releases them all).  Never raises an error.
+ */
+void
+etcd_http_forget_connections(void)
+{
+	forget_pending = true;
+	drop_pool_if_idle();
 }
 
 /*
@@ -223,7 +402,20 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 	EtcdHttpReq *req;
 	CURLMcode	mc;
 	struct curl_slist *h;
+	bool		fresh = false;
 
+	/*
+	 * Never send a request on a connection with unread bytes: drop the
+	 * pool, or while other requests run (and hold the pool), keep this one
+	 * off it.
+	 */
+	if (multi != NULL && idle_connection_has_input())
+	{
+		elog(DEBUG1, "etcd: a kept-alive connection received bytes between requests; its connections are not used again");
+		etcd_http_forget_connections();
+		fresh = (multi != NULL);
+	}
+	drop_pool_if_idle();
 	ensure_multi();
 
 	req = calloc(1, sizeof(EtcdHttpReq));
@@ -296,6 +488,13 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 	curl_easy_setopt(req->easy, CURLOPT_WRITEDATA, req);
 	curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, req->errbuf);
 	curl_easy_setopt(req->easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(req->easy, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb);
+	curl_easy_setopt(req->easy, CURLOPT_CLOSESOCKETFUNCTION, closesocket_cb);
+	if (fresh)
+	{
+		curl_easy_setopt(req->easy, CURLOPT_FRESH_CONNECT, 1L);
+		curl_easy_setopt(req->easy, CURLOPT_FORBID_REUSE, 1L);
+	}
 	curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS,
 					 Max(connect_timeout_ms, 1L));
 	if (timeout_ms > 0)
@@ -343,6 +542,7 @@ collect_done(void)
 		req->result = msg->data.result;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE,
 						  &req->http_code);
+		note_connection(msg->easy_handle);
 		ndone++;
 	}
 	return ndone;
@@ -545,6 +745,15 @@ etcd_http_error(EtcdHttpReq *req)
 	if (req->errbuf[0])
 		return pstrdup(req->errbuf);
 	return pstrdup(curl_easy_strerror(req->result));
+}
+
+/*
+ * The body the request posted.
+ */
+const char *
+etcd_http_request_body(EtcdHttpReq *req)
+{
+	return req->body;
 }
 
 /*

@@ -34,6 +34,7 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -381,6 +382,7 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 	Jsonb	   *jb;
 	JsonbContainer *result;
 	int64		ttl = 0;
+	const char *why;
 
 	if (etcd_http_status(req) != ETCD_HTTP_DONE)
 	{
@@ -407,6 +409,9 @@ finish_keepalive(EtcdHttpReq *req, const char *name, const char *key)
 	if (!etcd_parse_reply(resp, len, &jb))
 		etcd_malformed_reply("a lease keepalive",
 							 "The reply is not a JSON object.");
+	if (!etcd_reply_matches("/v3/lease/keepalive", etcd_http_request_body(req),
+							jb, &why))
+		etcd_malformed_reply("a lease keepalive", why);
 	result = etcd_json_object(&jb->root, "result");
 	if (result == NULL)
 		etcd_malformed_reply("a lease keepalive",
@@ -525,7 +530,7 @@ wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 			if (st != ETCD_HTTP_DONE)
 			{
 				char	   *err = (char *) etcd_http_error(lock_req);
-				const char *ep = etcd_current_endpoint();
+				const char *ep = lock_ep;
 
 				etcd_http_finish(lock_req);
 				lock_req = NULL;
@@ -566,7 +571,7 @@ wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 
 				memset(&reply, 0, sizeof(reply));
 				reply.http_code = code;
-				reply.endpoint = etcd_current_endpoint();
+				reply.endpoint = lock_ep;
 				reply.json = parsed ? jb : NULL;
 				if (parsed && etcd_json_int64(&jb->root, "code", &gcode))
 					reply.grpc_code = (int) gcode;
@@ -814,6 +819,9 @@ acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	return got;
 }
 
+/* wait_timeout from which on a wait has no limit: 10,000 years */
+#define WAIT_FOREVER_USECS	((int64) 3652425 * USECS_PER_DAY)
+
 /*
  * The SQL caller has the lock now: it is no longer released on errors.
  */
@@ -825,23 +833,37 @@ hand_over(EtcdLockResult *res)
 
 /*
  * Convert wait_timeout to milliseconds; -1 for NULL (wait forever).
+ * 10,000 years or more (including +infinity) also waits forever: no lock
+ * wait outlasts that, and a deadline much further away would not fit in a
+ * timestamp.  The span is computed without overflow: an interval of more
+ * than about 292,000 years used to wrap around to a short or negative one.
  */
 static long
 wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *span;
+	int64		days;
 	int64		usecs;
+	bool		overflow;
 
 	if (PG_ARGISNULL(argno))
 		return -1;
 	span = PG_GETARG_INTERVAL_P(argno);
-	usecs = span->time +
-		((int64) span->day + (int64) span->month * DAYS_PER_MONTH) * USECS_PER_DAY;
+	days = (int64) span->month * DAYS_PER_MONTH + span->day;
+	overflow = pg_mul_s64_overflow(days, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, span->time, &usecs);
+	if (overflow)
+	{
+		/* the sign of the exact sum, from an approximation that cannot overflow */
+		double		approx = (double) days * USECS_PER_DAY + (double) span->time;
+
+		usecs = approx < 0 ? -1 : PG_INT64_MAX;
+	}
 	if (usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait_timeout must not be negative")));
-	if (usecs / 1000 > (int64) LONG_MAX / 2)
+	if (usecs >= WAIT_FOREVER_USECS || usecs / 1000 > (int64) LONG_MAX / 2)
 		return -1;
 	return (long) (usecs / 1000);
 }

@@ -27,9 +27,17 @@ Modes:
                      with a correct Content-Length
     oversized_chunked  the same without Content-Length (chunked encoding)
     status           reply with "status" (default 500) and "body" (default an
-                     etcd-style error JSON, code 2)
+                     etcd-style error JSON, code 2), after "delay" seconds
+                     (default 0)
     mutate           forward, then alter the JSON reply with "ops": a list
                      of {"op": "set"|"del", "path": [k, 0, ...], "value": v}
+    nested           reply with "status" (default 200) and a JSON object
+                     nesting arrays "depth" levels deep (default 100000)
+    desync           forward, reply, then after "delay" seconds (default 0.3)
+                     send one more complete HTTP response, unasked, on the
+                     same kept-alive connection: "extra" (a JSON document or
+                     a string; default: the real reply again), as a server
+                     out of step with its client would
     slow             200, Content-Length 1 MB, then one byte per second:
                      the reply never ends
     hang             read the request, send nothing
@@ -196,6 +204,7 @@ class Handler(BaseHTTPRequestHandler):
                 except OSError:
                     self.close_connection = True
         elif mode == "status":
+            time.sleep(float(rule.get("delay", 0)))
             status = int(rule.get("status", 500))
             doc = rule.get("body")
             if doc is None:
@@ -215,6 +224,31 @@ class Handler(BaseHTTPRequestHandler):
             except ValueError:
                 pass
             self.reply(status, data, ctype)
+        elif mode == "nested":
+            depth = int(rule.get("depth", 100000))
+            data = b'{"a":' + b"[" * depth + b"]" * depth + b"}"
+            self.reply(int(rule.get("status", 200)), data)
+        elif mode == "desync":
+            try:
+                status, ctype, data = self.upstream(body)
+            except OSError as e:
+                self.reply(502, json.dumps({"error": str(e)}).encode(), close=True)
+                return
+            self.reply(status, data, ctype)
+            extra = rule.get("extra")
+            if extra is None:
+                extra = data
+            elif not isinstance(extra, str):
+                extra = json.dumps(extra)
+            if isinstance(extra, str):
+                extra = extra.encode()
+            time.sleep(float(rule.get("delay", 0.3)))
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(extra), extra))
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
         elif mode == "slow":
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -1,0 +1,145 @@
+
+# 67_etcd_error_naming.pl
+#	  Errors name what failed: a malformed reply names the request it
+#	  answered even when an authentication request ran in between, and a
+#	  failed lock request names the endpoint it went to, not the one the
+#	  keepalive moved on to meanwhile.  A wait_timeout too long to count in
+#	  milliseconds waits without limit instead of wrapping around to a
+#	  short (or negative) one.  A quiet call at backend exit that has to
+#	  authenticate again stays quiet when that reply is malformed.  Faulty
+#	  replies come from test/fault_http_server.py in front of a real etcd
+#	  with authentication.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use LockfenceTest::EtcdCluster;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, auth => 1, name => 'naming');
+$etcd->start;
+my $p1 = $etcd->start_fault_server($etcd->client_url(0));
+my $p2 = $etcd->start_fault_server($etcd->client_url(0));
+
+my $user = $LockfenceTest::EtcdCluster::USER_NAME;
+my $pw = $LockfenceTest::EtcdCluster::USER_PASSWORD;
+
+my $node = LockfenceTest::EtcdCluster::pg_node('naming', <<EOF);
+lockfence.etcd_endpoints = '@{[ $p1->url ]}'
+lockfence.etcd_request_timeout = '3s'
+lockfence.etcd_connect_timeout = '1s'
+lockfence.etcd_user = '$user'
+lockfence.etcd_password = '$pw'
+log_statement = none
+EOF
+
+# A fresh session has no auth token yet: its first call authenticates.
+sub fresh_try
+{
+	my ($sql, $pre) = @_;
+	my $s = LockfenceTest::EtcdCluster::session($node);
+	$s->query_safe($pre) if $pre;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s, $sql);
+	$s->quit;
+	return $r;
+}
+
+# --- 1. the request, not the nested authentication ------------------------
+$p1->set(path => '/v3/lease/grant', mode => 'mutate', times => 1,
+	ops => [ { op => 'set', path => ['ID'], value => { x => 1 } } ]);
+my $r = fresh_try("SELECT * FROM lockfence.etcd_lock('n1', 5, '5s')");
+is($r->{sqlstate}, '08P01', 'grant reply with an object as lease ID: 08P01') or diag explain $r;
+like($r->{message} // '', qr{malformed reply from etcd to /v3/lease/grant},
+	'after authenticating, the error names the lease grant') or diag explain $r;
+unlike($r->{message} // '', qr/authenticate/, 'and not the authentication');
+$p1->clear;
+
+$p1->set(path => '/v3/lease/keepalive', mode => 'mutate', times => 1,
+	ops => [ { op => 'set', path => [ 'result', 'TTL' ], value => [1] } ]);
+# (the lease is revoked when that session exits; the reply is faulty anyway)
+my $lease = fresh_try("SELECT lease FROM lockfence.etcd_try_lock('n2', 30)")->{out};
+$r = fresh_try("SELECT lockfence.etcd_keepalive($lease)");
+is($r->{sqlstate}, '08P01', 'keepalive reply with an array as TTL: 08P01') or diag explain $r;
+like($r->{message} // '', qr{malformed reply from etcd to /v3/lease/keepalive},
+	'after authenticating, the error names the keepalive') or diag explain $r;
+$p1->clear;
+
+# --- 2. the lock request's endpoint -------------------------------------------
+# Both proxies front the same member.  The lock request goes to the first
+# and is refused after 2.5 s; meanwhile (at 1 s) a keepalive through the
+# first fails, which moves the session on to the second endpoint.
+my ($u1, $u2) = ($p1->url, $p2->url);
+$p1->set(path => '/v3/lock/lock', mode => 'status', status => 400, delay => 2.5,
+	body => { error => 'injected lock refusal', message => 'injected lock refusal', code => 3 });
+$p1->set(path => '/v3/lease/keepalive', mode => 'status', status => 500);
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n3', 3, '10s')",
+	"SET lockfence.etcd_endpoints = '$u1,$u2'");
+$p1->clear;
+ok(($p1->hits->{'/v3/lease/keepalive'} // 0) >= 1, 'a keepalive went through the first endpoint');
+like($r->{message} // '', qr/etcd rejected a lock request/, 'the lock request was refused') or diag explain $r;
+like($r->{detail} // '', qr/\(endpoint \Q$u1\E\)/, 'the error names the endpoint of the lock request')
+  or diag explain $r;
+unlike($r->{detail} // '', qr/\Q$u2\E/, 'not the endpoint the keepalive moved to');
+
+# --- 3. wait_timeout beyond int64 microseconds --------------------------------
+my $holder = LockfenceTest::EtcdCluster::session($node);
+$holder->query_safe("SELECT key FROM lockfence.etcd_lock('n4', 300, '5s')");
+# 600,000 years minus a little under 7 years: its microseconds, computed
+# in int64, wrap around to exactly 1 ms.
+my $wraps = "interval '600000 years -59904423:58:10.447384'";
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, $wraps)",
+	"SET statement_timeout = '2s'");
+is($r->{sqlstate}, '57014', 'a wait_timeout that wraps to 1 ms waits until the statement timeout')
+  or diag explain $r;
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '300000 years')",
+	"SET statement_timeout = '2s'");
+is($r->{sqlstate}, '57014', 'one that wraps to a negative value too (no 22023)') or diag explain $r;
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '-300000 years')");
+is($r->{sqlstate}, '22023', 'a negative one beyond range is refused') or diag explain $r;
+like($r->{message} // '', qr/must not be negative/, 'as negative');
+# 10,000 years and more wait without limit (a deadline 266,000 years
+# ahead did not fit in a timestamp either, and was in the past at once).
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '270000 years')",
+	"SET statement_timeout = '2s'");
+is($r->{sqlstate}, '57014', '270,000 years: no limit') or diag explain $r;
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '-1 second')");
+is($r->{sqlstate}, '22023', 'a small negative one is refused');
+$r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '1 second')");
+is($r->{sqlstate}, '55P03', 'a short one still times out');
+$holder->quit;
+
+# --- 4. a quiet call that must authenticate again (at backend exit) ----------
+# The exit callback revokes the session's lease; etcd refuses the cached
+# token (authentication was switched off and on), and the new token comes
+# in a malformed reply.  The quiet call gives up without an error.
+my $e = LockfenceTest::EtcdCluster::session($node);
+my $epid = $e->query_safe('SELECT pg_backend_pid()');
+my $elease = $e->query_safe("SELECT lease FROM lockfence.etcd_lock('n5', 30, '5s')");
+ok($elease > 0, 'exit with a stale token: lock held');
+$etcd->auth_disable;
+$etcd->auth_enable;
+$p1->set(path => '/v3/auth/authenticate', mode => 'mutate',
+	ops => [ { op => 'set', path => ['token'], value => { not => 'a string' } } ]);
+my $offset = -s $node->logfile;
+$e->quit;
+my $deadline = time + 20;
+while (time < $deadline &&
+	$node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $epid") ne '0')
+{
+	select(undef, undef, undef, 0.05);
+}
+select(undef, undef, undef, 0.3);
+ok(($p1->hits->{'/v3/auth/authenticate'} // 0) >= 1, 'exit with a stale token: authentication was tried');
+$p1->clear;
+my @own = grep { /\[$epid\]/ } split /\n/, slurp_file($node->logfile, $offset);
+unlike(join("\n", @own), qr/(?:FATAL|ERROR|PANIC):/, 'exit with a stale token: no error at exit')
+  or diag join("\n", @own);
+
+$node->stop;
+$p1->stop;
+$p2->stop;
+$etcd->stop;
+done_testing();
