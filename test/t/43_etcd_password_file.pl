@@ -67,7 +67,7 @@ $node->safe_psql('postgres', q{
 CREATE ROLE plain LOGIN;
 GRANT USAGE ON SCHEMA lockfence TO plain;
 GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval),
-	lockfence.etcd_unlock(text) TO plain;
+	lockfence.etcd_unlock(text, boolean) TO plain;
 });
 
 my $all_errors = '';

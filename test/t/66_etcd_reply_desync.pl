@@ -106,11 +106,11 @@ $fault->clear;
 $r = try_sql("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_try_lock('d4', 5)");
 is($r->{out}, 't', 'nothing left holding d4');
 
-# --- 5. a delete reply for another key --------------------------------------
+# --- 5. a delete reply for another key (a forced unlock deletes with prev_kv) ---
 my $k5 = $s2->query_safe("SELECT key FROM lockfence.etcd_lock('d5', 30, '5s')");
 $fault->set(path => '/v3/kv/deleterange', mode => 'mutate', times => 1,
 	ops => [ { op => 'set', path => [ 'prev_kvs', 0, 'key' ], value => $other } ]);
-$r = try_sql("SELECT lockfence.etcd_unlock('$k5')");
+$r = try_sql("SELECT lockfence.etcd_unlock('$k5', force => true)");
 is($r->{sqlstate}, '08P01', 'a delete reply naming another key: 08P01') or diag explain $r;
 $fault->clear;
 
