@@ -529,14 +529,14 @@ ALTER EVENT TRIGGER lockfence_check_publications ENABLE ALWAYS;
 
 -- Ask the etcd endpoints for their status (for check()).
 CREATE FUNCTION lockfence.etcd_status(timeout_ms integer DEFAULT 1000,
-                                      OUT endpoint text, OUT leader bigint,
+                                      OUT endpoint text, OUT leader text,
                                       OUT revision bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'lockfence_etcd_status'
 LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.etcd_status(integer) IS
-    'Status of the etcd cluster: endpoint that answered, leader (0: none), revision';
+    'Status of the etcd cluster: endpoint that answered, leader (NULL: none), revision';
 
 REVOKE ALL ON FUNCTION lockfence.etcd_status(integer) FROM PUBLIC;
 
@@ -549,19 +549,18 @@ AS $$
 DECLARE
     fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
     r record;
-    libs text[];
     endpoints text;
     st record;
 BEGIN
-    libs := ARRAY(SELECT pg_catalog.regexp_replace(pg_catalog.btrim(l, ' "'),
-                                                   '^.*/|\.so$', '', 'g')
-                    FROM pg_catalog.unnest(pg_catalog.string_to_array(
-                         pg_catalog.current_setting('shared_preload_libraries'), ',')) AS l);
-    IF NOT 'lockfence' = ANY (libs) THEN
+    -- The metrics are there only when the library was preloaded (reading
+    -- shared_preload_libraries itself needs pg_read_all_settings).
+    BEGIN
+        PERFORM FROM lockfence.read_metrics() LIMIT 1;
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
         RETURN QUERY SELECT 'warning', 'not_preloaded',
             'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
             'Add lockfence to shared_preload_libraries and restart the server.';
-    END IF;
+    END;
 
     IF pg_catalog.pg_is_in_recovery() THEN
         RETURN QUERY SELECT 'info', 'in_recovery',
@@ -707,15 +706,15 @@ BEGIN
                 'Run lockfence.check() as a role granted EXECUTE on lockfence.etcd_status(integer).';
         ELSE
             BEGIN
-                SELECT * INTO st FROM lockfence.etcd_status(1000);
-                IF st.leader = 0 THEN
+                SELECT * INTO st FROM lockfence.etcd_status(2000);
+                IF st.leader IS NULL THEN
                     RETURN QUERY SELECT 'error', 'etcd_no_leader',
                         pg_catalog.format('etcd endpoint %s answered, but the cluster has no leader: locks cannot be acquired.', st.endpoint),
                         'Check the etcd cluster: a majority of its members must be up and connected.';
                 END IF;
             EXCEPTION WHEN OTHERS THEN
                 RETURN QUERY SELECT 'error', 'etcd_unreachable',
-                    pg_catalog.format('No etcd endpoint of "%s" answered a status request within 1 s: %s', endpoints, SQLERRM),
+                    pg_catalog.format('No etcd endpoint of "%s" answered a status request within 2 s: %s', endpoints, SQLERRM),
                     'Check lockfence.etcd_endpoints, the etcd servers and the network (and TLS or authentication settings).';
             END;
         END IF;

@@ -165,7 +165,7 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 /*
  * lockfence.etcd_status(timeout_ms): ask the configured etcd endpoints for
  * their status, failing over between them within timeout_ms.  Returns the
- * endpoint that answered, the leader's member ID (0: no leader) and the
+ * endpoint that answered, the leader's member ID (NULL: no leader) and the
  * cluster's revision.  Raises the usual connection errors; check() catches
  * them.
  */
@@ -174,7 +174,7 @@ lockfence_etcd_status(PG_FUNCTION_ARGS)
 {
 	int32		timeout_ms = PG_GETARG_INT32(0);
 	EtcdReply	reply;
-	int64		leader = 0;
+	char	   *leader;
 	int64		revision = 0;
 	JsonbContainer *header;
 	TupleDesc	tupdesc;
@@ -194,13 +194,17 @@ lockfence_etcd_status(PG_FUNCTION_ARGS)
 
 	if (!etcd_call("/v3/maintenance/status", "{}", timeout_ms, false, &reply))
 		etcd_report_reply_error("a status request", &reply);
-	(void) etcd_json_int64(&reply.json->root, "leader", &leader);
+	/* Member IDs are unsigned 64-bit: kept as text.  Absent or 0: none. */
+	leader = etcd_json_string(&reply.json->root, "leader");
 	header = etcd_json_object(&reply.json->root, "header");
 	if (header)
 		(void) etcd_json_int64(header, "revision", &revision);
 
 	values[0] = CStringGetTextDatum(reply.endpoint ? reply.endpoint : "");
-	values[1] = Int64GetDatum(leader);
+	if (leader == NULL || strcmp(leader, "0") == 0)
+		nulls[1] = true;
+	else
+		values[1] = CStringGetTextDatum(leader);
 	values[2] = Int64GetDatum(revision);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
 													  values, nulls)));
