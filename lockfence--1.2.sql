@@ -452,8 +452,8 @@ $$;
 COMMENT ON FUNCTION lockfence.unprotect(regclass) IS
     'Drop the lockfence triggers that protect a table';
 
--- Refuse DROP EXTENSION lockfence (and DROP SCHEMA lockfence) while tables
--- are protected: CASCADE would drop every protection with a NOTICE, and a
+-- Refuse DROP EXTENSION lockfence (and DROP SCHEMA lockfence, DROP OWNED BY
+-- its owner) while tables are protected: CASCADE would drop every protection with a NOTICE, and a
 -- new CREATE EXTENSION would not restore them.  An event trigger rather
 -- than a hook, so that it works without shared_preload_libraries; it fires
 -- before the drop, while it still exists.  ENABLE ALWAYS: also in sessions
@@ -467,7 +467,7 @@ COMMENT ON FUNCTION lockfence.guard_drop() IS
     'Refuse to drop lockfence while tables are protected by it';
 
 CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA')
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION lockfence.guard_drop();
 
 ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;

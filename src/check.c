@@ -20,6 +20,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -85,6 +86,40 @@ drop_names_lockfence(DropStmt *stmt)
 }
 
 /*
+ * Does DROP OWNED name the owner of the lockfence extension?  DROP OWNED
+ * drops the extension with the rest of the role's objects.
+ */
+static bool
+drop_owned_lockfence(DropOwnedStmt *stmt)
+{
+	Oid			owner = InvalidOid;
+	ListCell   *lc;
+
+	SPI_connect();
+	if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension"
+					" WHERE extname = 'lockfence'", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			owner = DatumGetObjectId(d);
+	}
+	SPI_finish();
+
+	foreach(lc, stmt->roles)
+	{
+		RoleSpec   *role = lfirst(lc);
+
+		if (OidIsValid(owner) && get_rolespec_oid(role, true) == owner)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Count the tables that carry a lockfence trigger of their own (partitions'
  * cloned row triggers are not counted twice), and name one of them.
  */
@@ -121,8 +156,8 @@ count_protected_tables(char **example)
 }
 
 /*
- * Event trigger (ddl_command_start, DROP EXTENSION and DROP SCHEMA):
- * refuse to drop lockfence while tables are protected by it.  DROP
+ * Event trigger (ddl_command_start, DROP EXTENSION, DROP SCHEMA and DROP
+ * OWNED): refuse to drop lockfence while tables are protected by it.  DROP
  * EXTENSION ... CASCADE would drop every protection with a NOTICE, and a
  * new CREATE EXTENSION would leave every table silently unprotected.  The
  * statement's own names are read from its parse tree, so dropping other
@@ -141,9 +176,19 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 				 errmsg("lockfence_guard_drop() must be called as an event trigger")));
 	trigdata = (EventTriggerData *) fcinfo->context;
 
-	if (allow_drop_protected ||
-		!IsA(trigdata->parsetree, DropStmt) ||
-		!drop_names_lockfence((DropStmt *) trigdata->parsetree))
+	if (allow_drop_protected)
+		PG_RETURN_VOID();
+	if (IsA(trigdata->parsetree, DropStmt))
+	{
+		if (!drop_names_lockfence((DropStmt *) trigdata->parsetree))
+			PG_RETURN_VOID();
+	}
+	else if (IsA(trigdata->parsetree, DropOwnedStmt))
+	{
+		if (!drop_owned_lockfence((DropOwnedStmt *) trigdata->parsetree))
+			PG_RETURN_VOID();
+	}
+	else
 		PG_RETURN_VOID();
 
 	n = count_protected_tables(&example);

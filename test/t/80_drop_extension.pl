@@ -62,6 +62,28 @@ DROP EXTENSION lockfence CASCADE;
 });
 like($err, qr/2BP01: cannot drop lockfence/,
 	'refused with session_replication_role = replica too');
+
+# DROP OWNED BY the extension's owner would drop the extension too.
+$node->safe_psql('postgres', q{
+CREATE ROLE extowner SUPERUSER LOGIN;
+CREATE ROLE other;
+CREATE DATABASE owned;
+});
+$node->safe_psql('owned', q{
+SET ROLE extowner;
+CREATE EXTENSION lockfence;
+RESET ROLE;
+CREATE TABLE jobs (id int, token bigint);
+SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
+});
+my ($out2, $err2);
+$node->psql('owned', "\\set VERBOSITY verbose\nDROP OWNED BY extowner CASCADE",
+	stdout => \$out2, stderr => \$err2);
+like($err2, qr/2BP01: cannot drop lockfence/, 'DROP OWNED BY the extension\'s owner is refused');
+is($node->safe_psql('owned', "SELECT count(*) FROM pg_extension WHERE extname = 'lockfence'"),
+	'1', '... and the extension is still there');
+$node->safe_psql('owned', 'DROP OWNED BY other CASCADE');
+pass('DROP OWNED BY another role goes through');
 protected_table_refuses_tokenless_insert('after the refused drops');
 
 # Other extensions can still be dropped.
