@@ -10,6 +10,9 @@
 # transaction (a copy, which the row token rule refuses; a fence cache
 # leaking from the previous transaction on the same server connection
 # would accept it).  Wrong acceptances and wrong rejections must be 0.
+# Then etcd locks behind the same pooler: a client's disconnect leaks its
+# lock until the TTL, and server_lifetime releases a lock a connected
+# client still believes it holds.
 
 use strict;
 use warnings;
@@ -168,6 +171,75 @@ SELECT count(*) FROM (SELECT resource, max(token) m FROM writes GROUP BY 1) w
 
 my $pids = $node->safe_psql('postgres', 'SELECT count(DISTINCT pid) FROM writes');
 cmp_ok($pids, '<=', $pool_size, "$clients clients shared at most $pool_size server connections");
+
+# etcd locks are held by a server backend's session (its lease is revoked
+# when that backend exits), not by the pooler's client: measure what that
+# means behind transaction pooling.
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'pooler');
+$etcd->start;
+$node->append_conf('postgresql.conf',
+	"lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'\n");
+$node->reload;
+
+sub through_pooler
+{
+	my ($sql) = @_;
+	my ($o, $e);
+	IPC::Run::run([ 'psql', '-XAtq', @conn, '-d', 'postgres', '-c', $sql ],
+		'>', \$o, '2>', \$e);
+	return $o;
+}
+
+# Poll until the keys under $prefix are gone; return the seconds waited.
+sub wait_gone
+{
+	my ($prefix, $limit) = @_;
+	my $t0 = time;
+	while (time - $t0 < $limit)
+	{
+		return time - $t0 if !$etcd->keys($prefix);
+		usleep(100_000);
+	}
+	return undef;
+}
+
+# A client takes a lock (TTL 4 s) and disconnects without unlocking.
+my $t_lock = time;
+like(through_pooler("SELECT key FROM lockfence.etcd_lock('leak', 4)"),
+	qr{^leak/}, 'a client takes an etcd lock through the pooler, then disconnects');
+is(scalar($etcd->keys('leak/')), 1,
+	'the lock outlives the client: its server connection stays in the pool');
+my $leak = wait_gone('leak/', 30);
+ok(defined $leak, 'the leaked lock goes away');
+my $held = time - $t_lock;
+cmp_ok($held, '>=', 3, "... only when its TTL expires (held about @{[ sprintf '%.1f', $held ]} s of 4)");
+
+# server_lifetime: the pooler closes the lock's server connection while
+# the client, still connected and idle, believes it holds the lock (TTL
+# 60 s).
+my $in = "SELECT key FROM lockfence.etcd_lock('life', 60);\n";
+my ($o, $e) = ('', '');
+my $client = IPC::Run::start([ 'psql', '-XAtq', @conn, '-d', 'postgres' ],
+	'<', \$in, '>', \$o, '2>', \$e);
+my $appeared = 0;
+$deadline = time + 20;
+while (time < $deadline)
+{
+	$client->pump_nb;    # IPC::Run feeds the input only when pumped
+	if ($etcd->keys('life/')) { $appeared = 1; last; }
+	usleep(100_000);
+}
+ok($appeared, 'a client takes an etcd lock (TTL 60 s) and stays connected')
+  or diag "$o$e";
+append_to_file("$dir/pgbouncer.ini", "server_lifetime = 1\n");
+$bouncer->signal('HUP');
+my $t_life = time;
+my $gone = wait_gone('life/', 30);
+ok(defined $gone && $client->pumpable,
+	"server_lifetime releases it while the client is still connected (after @{[ sprintf '%.1f', time - $t_life ]} s, not 60)");
+$in .= "\\q\n";
+$client->finish;
+$etcd->stop;
 
 $bouncer->kill_kill;
 $node->stop;
