@@ -20,7 +20,8 @@ packages=(
 	redis-server
 	zookeeper
 	python3-psycopg python3-redis python3-kazoo python3-yaml
-	prometheus-postgres-exporter
+	prometheus-postgres-exporter prometheus
+	pgbouncer
 	openssl
 )
 

@@ -48,6 +48,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -340,9 +341,18 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
 
-	/* A check may advance or lock the fence: it is a write. */
+	/*
+	 * A check may advance or lock the fence: it is a write.  On a standby
+	 * every transaction is read-only, so recovery is tested first to tell
+	 * the caller where the fence can be written.
+	 */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot fence a resource while the server is in recovery"),
+				 errdetail("This server is a standby: fences are written on the primary only."),
+				 errhint("Connect to the primary server.")));
 	PreventCommandIfReadOnly("lockfence.fence()");
-	PreventCommandDuringRecovery("lockfence.fence()");
 
 	/* The common case, served without SPI when nothing stands in the way. */
 	if (!must_advance &&

@@ -48,6 +48,9 @@ typedef struct FenceOutcome
 	char	   *highest_holder; /* its holder, or NULL when unknown */
 } FenceOutcome;
 
+/* check.c: deployment safeguards */
+extern void lockfence_check_init(void);
+
 /* fence.c */
 extern void lockfence_validate_resource(const char *resource);
 extern void lockfence_validate_token(int64 token);

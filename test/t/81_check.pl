@@ -1,0 +1,178 @@
+# Copyright: lockfence contributors
+#
+# 81_check.pl: lockfence.check(), the installation check.  One row per
+# finding; no row at all when nothing is wrong.  Each finding is provoked
+# for real: the library not preloaded, disabled and replica/always
+# triggers, a trigger with a WHEN condition or of the wrong kind created
+# while the event triggers were disabled, a partition that missed its
+# TRUNCATE trigger, a publication of lockfence.fences, etcd down or
+# without a leader, and a standby.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::EtcdCluster;
+
+my $node = PostgreSQL::Test::Cluster->new('check');
+$node->init(allows_streaming => 1);
+$node->append_conf('postgresql.conf', "log_min_messages = warning\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
+
+# The findings, as "severity finding" lines, in check()'s order.
+sub findings
+{
+	my ($n, $where) = @_;
+	$n //= $node;
+	return $n->safe_psql('postgres',
+		'SELECT severity, finding FROM lockfence.check()'
+		  . ($where ? " WHERE $where" : '') . ' ',
+		extra_params => [ '-F', ' ' ]);
+}
+
+sub detail_of
+{
+	my ($finding) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT detail || ' | ' || hint FROM lockfence.check() WHERE finding = '$finding'");
+}
+
+is(findings(), 'warning not_preloaded',
+	'not preloaded: the only finding, as a warning');
+
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'\n");
+$node->restart;
+is(findings(), '', 'preloaded, nothing protected: no rows');
+
+$node->safe_psql('postgres', q{
+CREATE TABLE jobs (id int, token bigint);
+SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
+CREATE TABLE parts (id int, token bigint) PARTITION BY RANGE (id);
+CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (10);
+SELECT lockfence.protect('parts', resource => 'parts', token_column => 'token');
+});
+is(findings(), '', 'protected tables, all in order: no rows');
+
+# Disabled, replica-only and always triggers.
+$node->safe_psql('postgres', 'ALTER TABLE jobs DISABLE TRIGGER zz_lockfence_fence');
+is(findings(), 'error trigger_disabled', 'a disabled trigger is an error');
+like(detail_of('trigger_disabled'),
+	qr/zz_lockfence_fence on public\.jobs is disabled.*ALTER TABLE public\.jobs ENABLE TRIGGER zz_lockfence_fence;/,
+	'... naming the table and the fix');
+$node->safe_psql('postgres', 'ALTER TABLE jobs ENABLE REPLICA TRIGGER zz_lockfence_fence');
+is(findings(), 'error trigger_enabled_replica', 'ENABLE REPLICA is an error');
+$node->safe_psql('postgres', 'ALTER TABLE jobs ENABLE ALWAYS TRIGGER zz_lockfence_fence');
+is(findings(), 'warning trigger_enabled_always', 'ENABLE ALWAYS is a warning');
+$node->safe_psql('postgres', 'ALTER TABLE jobs ENABLE TRIGGER zz_lockfence_fence');
+$node->safe_psql('postgres', 'ALTER TABLE parts_1 DISABLE TRIGGER zz_lockfence_fence');
+like(detail_of('trigger_disabled'), qr/on public\.parts_1 is disabled/,
+	'a disabled trigger on one partition is found');
+$node->safe_psql('postgres', 'ALTER TABLE parts_1 ENABLE TRIGGER zz_lockfence_fence');
+is(findings(), '', 'all enabled again: no rows');
+
+# What slips past with the extension's event triggers disabled.
+my @evt = split /\n/, $node->safe_psql('postgres', q{
+SELECT evtname FROM pg_event_trigger WHERE evtname LIKE 'lockfence%' ORDER BY 1});
+$node->safe_psql('postgres', "ALTER EVENT TRIGGER $_ DISABLE") foreach @evt;
+like(findings(), qr/^(warning event_trigger_disabled\n?)+$/,
+	'disabled event triggers of the extension are reported');
+$node->safe_psql('postgres', q{
+CREATE TABLE parts_2 PARTITION OF parts FOR VALUES FROM (10) TO (20);
+CREATE TABLE w (id int, token bigint);
+CREATE TRIGGER zz_when BEFORE INSERT ON w FOR EACH ROW WHEN (NEW.id > 0)
+    EXECUTE FUNCTION lockfence.fence_trigger('resource=w', 'token_column=token');
+CREATE TABLE a (id int, token bigint);
+CREATE TRIGGER zz_after AFTER INSERT ON a FOR EACH ROW
+    EXECUTE FUNCTION lockfence.fence_trigger('resource=a', 'token_column=token');
+});
+$node->safe_psql('postgres', "ALTER EVENT TRIGGER $_ ENABLE ALWAYS") foreach @evt;
+is( findings(),
+	"error trigger_invalid\nerror trigger_invalid\nerror partition_unprotected",
+	'a WHEN trigger, an AFTER trigger and a partition without its TRUNCATE trigger');
+like(detail_of('partition_unprotected'),
+	qr/Partition public\.parts_2 of protected table public\.parts has no lockfence TRUNCATE trigger.*cover_descendants\('public\.parts'\)/,
+	'... the partition, with the fix');
+my $invalid = $node->safe_psql('postgres',
+	"SELECT string_agg(detail, E'\\n' ORDER BY detail) FROM lockfence.check() WHERE finding = 'trigger_invalid'");
+like($invalid, qr/zz_after on public\.a: .*must fire BEFORE/, 'the AFTER trigger, with check_trigger()\'s reason');
+like($invalid, qr/zz_when on public\.w has a WHEN condition/, 'the WHEN trigger');
+$node->safe_psql('postgres', q{
+SELECT lockfence.cover_descendants('parts');
+DROP TABLE w, a;
+});
+is(findings(), '', 'fixed as the hints say: no rows');
+
+# A publication of the fences (only with the override).
+$node->safe_psql('postgres', q{
+SET lockfence.allow_publish_fences = on;
+CREATE PUBLICATION everything FOR ALL TABLES;
+});
+is(findings(), 'error fences_published', 'a FOR ALL TABLES publication is an error');
+$node->safe_psql('postgres', 'DROP PUBLICATION everything');
+
+# etcd: probed only when configured; down; without a leader.
+my $etcd = LockfenceTest::EtcdCluster->new(members => 3, name => 'check');
+$etcd->start;
+$node->append_conf('postgresql.conf', qq{
+lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'
+lockfence.etcd_connect_timeout = '200ms'
+});
+$node->reload;
+my $deadline = time + 20;
+my $f = findings();
+while ($f ne '' && time < $deadline)
+{
+	usleep(200_000);
+	$f = findings();
+}
+is($f, '', 'etcd configured and healthy: no rows')
+  or diag detail_of('etcd_unreachable');
+
+my $leader = $etcd->leader_index;
+my @others = grep { $_ != $leader } 0 .. 2;
+$etcd->kill_member($others[0]);
+$etcd->kill_member($others[1]);
+# The survivor loses its leadership after an election timeout; poll.
+$deadline = time + 30;
+while (time < $deadline)
+{
+	$f = findings();
+	last if $f =~ /etcd_/;
+	usleep(200_000);
+}
+like($f, qr/^error etcd_(no_leader|unreachable)$/m,
+	'a member without a quorum: reported as an error');
+note "with two of three members down: $f";
+my $t0 = time;
+$etcd->kill_member($leader);
+is(findings(), 'error etcd_unreachable', 'etcd down: etcd_unreachable');
+cmp_ok(time - $t0, '<', 10, '... within a few seconds (a short probe)');
+
+# Lock functions granted but the role may not probe: said so.
+$node->safe_psql('postgres', 'CREATE ROLE mon LOGIN');
+is( $node->safe_psql('postgres',
+		'SELECT severity, finding FROM lockfence.check()',
+		extra_params => [ '-U', 'mon', '-F', ' ' ]),
+	'info etcd_not_probed',
+	'a role without EXECUTE on etcd_status() is told etcd was not probed');
+
+$node->append_conf('postgresql.conf', "lockfence.etcd_endpoints = 'http://127.0.0.1:2379'\n");
+$node->reload;
+
+# A standby.
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('check_standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby);
+like(findings($standby), qr/^info in_recovery$/m, 'a standby: in_recovery');
+
+$standby->stop;
+$node->stop;
+$etcd->stop;
+done_testing();
