@@ -73,15 +73,6 @@ COMMENT ON FUNCTION lockfence.claim_trigger_name(regclass, name, regclass) IS
 -- function, kind and arguments, whatever its name.
 CREATE OR REPLACE FUNCTION lockfence.cover_descendant(rel regclass)
 RETURNS void
-
--- deployment checks
-
--- Remove a table's protection: its lockfence triggers, and the TRUNCATE
--- triggers copied from it to its partitions (the partitions' row triggers
--- are clones and go with the parent's).  Returns the number of triggers
--- dropped.  DROP TRIGGER's own permission checks apply.
-CREATE FUNCTION lockfence.unprotect(tbl regclass)
-RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -380,65 +371,6 @@ COMMENT ON FUNCTION lockfence.check_alter_table() IS
 -- at the first write, cover new partitions of protected tables, and refuse
 -- ALTER TABLE subcommands that would let rows be written unfenced.
 CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
-
-    n integer := 0;
-BEGIN
-    FOR t IN
-        WITH RECURSIVE tree(relid, level) AS (
-            SELECT tbl::oid, 0
-            UNION
-            SELECT i.inhrelid, up.level + 1
-              FROM pg_catalog.pg_inherits i JOIN tree up ON i.inhparent = up.relid
-        ), own AS (
-            SELECT tg.tgname FROM pg_catalog.pg_trigger tg
-             WHERE tg.tgrelid = tbl
-               AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-               AND tg.tgparentid = 0
-        )
-        SELECT tg.tgname, tg.tgrelid, tree.level
-          FROM tree
-          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = tree.relid
-         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-           AND tg.tgparentid = 0
-           AND (tree.relid = tbl OR tg.tgname IN (SELECT tgname FROM own))
-         ORDER BY tree.level DESC
-    LOOP
-        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname,
-                                  t.tgrelid::pg_catalog.regclass);
-        n := n + 1;
-    END LOOP;
-    RETURN n;
-END
-$$;
-
-COMMENT ON FUNCTION lockfence.unprotect(regclass) IS
-    'Drop the lockfence triggers that protect a table';
-
--- Refuse DROP EXTENSION lockfence (and DROP SCHEMA lockfence, DROP OWNED BY
--- its owner) while tables are protected: CASCADE would drop every protection with a NOTICE, and a
--- new CREATE EXTENSION would not restore them.  An event trigger rather
--- than a hook, so that it works without shared_preload_libraries; it fires
--- before the drop, while it still exists.  ENABLE ALWAYS: also in sessions
--- with session_replication_role = replica.
-CREATE FUNCTION lockfence.guard_drop()
-RETURNS event_trigger
-AS 'MODULE_PATHNAME', 'lockfence_guard_drop'
-LANGUAGE C;
-
-COMMENT ON FUNCTION lockfence.guard_drop() IS
-    'Refuse to drop lockfence while tables are protected by it';
-
-CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
-    EXECUTE FUNCTION lockfence.guard_drop();
-
-ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;
-
--- Refuse publications that would publish lockfence.fences (FOR ALL TABLES,
--- FOR TABLES IN SCHEMA lockfence, or the table by name): a subscriber's
--- fences are its own, and following the publisher's would move them back
--- or stop the subscription with 23505.
-CREATE FUNCTION lockfence.check_publications()
 RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -483,68 +415,6 @@ CREATE OR REPLACE FUNCTION lockfence.protect(tbl regclass,
                                   token_column name DEFAULT NULL,
                                   holder_column name DEFAULT NULL)
 RETURNS void
-
-    p record;
-BEGIN
-    IF coalesce(pg_catalog.current_setting('lockfence.allow_publish_fences', true),
-                'off')::boolean THEN
-        RETURN;
-    END IF;
-    FOR p IN
-        WITH touched(pubid) AS (
-            SELECT c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() c
-             WHERE c.classid = 'pg_catalog.pg_publication'::pg_catalog.regclass
-            UNION
-            SELECT r.prpubid FROM pg_catalog.pg_event_trigger_ddl_commands() c
-              JOIN pg_catalog.pg_publication_rel r ON r.oid = c.objid
-             WHERE c.classid = 'pg_catalog.pg_publication_rel'::pg_catalog.regclass
-            UNION
-            SELECT n.pnpubid FROM pg_catalog.pg_event_trigger_ddl_commands() c
-              JOIN pg_catalog.pg_publication_namespace n ON n.oid = c.objid
-             WHERE c.classid = 'pg_catalog.pg_publication_namespace'::pg_catalog.regclass
-        )
-        SELECT DISTINCT pub.pubname, pub.puballtables
-          FROM touched
-          JOIN pg_catalog.pg_publication pub ON pub.oid = touched.pubid
-          JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = pub.pubname
-         WHERE pt.schemaname = 'lockfence' AND pt.tablename = 'fences'
-    LOOP
-        RAISE EXCEPTION 'publication "%" would publish lockfence.fences', p.pubname
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'A subscriber''s fences must be its own: following the publisher''s would move them back, or stop the subscription with a unique violation.',
-                  HINT = CASE WHEN p.puballtables
-                         THEN 'Publish the application''s tables by name or by schema instead of FOR ALL TABLES, or SET lockfence.allow_publish_fences = on to publish the fences anyway.'
-                         ELSE 'Leave lockfence.fences and the lockfence schema out of the publication, or SET lockfence.allow_publish_fences = on to publish the fences anyway.'
-                         END;
-    END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION lockfence.check_publications() IS
-    'Refuse publications that would publish lockfence.fences';
-
-CREATE EVENT TRIGGER lockfence_check_publications ON ddl_command_end
-    WHEN TAG IN ('CREATE PUBLICATION', 'ALTER PUBLICATION')
-    EXECUTE FUNCTION lockfence.check_publications();
-
-ALTER EVENT TRIGGER lockfence_check_publications ENABLE ALWAYS;
-
--- Ask the etcd endpoints for their status (for check()).
-CREATE FUNCTION lockfence.etcd_status(timeout_ms integer DEFAULT 1000,
-                                      OUT endpoint text, OUT leader text,
-                                      OUT revision bigint)
-RETURNS record
-AS 'MODULE_PATHNAME', 'lockfence_etcd_status'
-LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION lockfence.etcd_status(integer) IS
-    'Status of the etcd cluster: endpoint that answered, leader (NULL: none), revision';
-
-REVOKE ALL ON FUNCTION lockfence.etcd_status(integer) FROM PUBLIC;
-
--- The installation check: one row per finding, none when all is well.
-CREATE FUNCTION lockfence.check()
-RETURNS TABLE (severity text, finding text, detail text, hint text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -622,6 +492,148 @@ COMMENT ON FUNCTION lockfence.etcd_unlock(text, boolean) IS
     'Release an etcd lock (only lock keys unless force); false (with a NOTICE) when it was already gone';
 REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text, boolean) FROM PUBLIC;
 
+
+-- deployment checks
+
+-- Remove a table's protection: its lockfence triggers, and the TRUNCATE
+-- triggers copied from it to its partitions (the partitions' row triggers
+-- are clones and go with the parent's).  Returns the number of triggers
+-- dropped.  DROP TRIGGER's own permission checks apply.
+CREATE FUNCTION lockfence.unprotect(tbl regclass)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    n integer := 0;
+BEGIN
+    FOR t IN
+        WITH RECURSIVE tree(relid, level) AS (
+            SELECT tbl::oid, 0
+            UNION
+            SELECT i.inhrelid, up.level + 1
+              FROM pg_catalog.pg_inherits i JOIN tree up ON i.inhparent = up.relid
+        ), own AS (
+            SELECT tg.tgname FROM pg_catalog.pg_trigger tg
+             WHERE tg.tgrelid = tbl
+               AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+               AND tg.tgparentid = 0
+        )
+        SELECT tg.tgname, tg.tgrelid, tree.level
+          FROM tree
+          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = tree.relid
+         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgparentid = 0
+           AND (tree.relid = tbl OR tg.tgname IN (SELECT tgname FROM own))
+         ORDER BY tree.level DESC
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname,
+                                  t.tgrelid::pg_catalog.regclass);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.unprotect(regclass) IS
+    'Drop the lockfence triggers that protect a table';
+
+-- Refuse DROP EXTENSION lockfence (and DROP SCHEMA lockfence, DROP OWNED BY
+-- its owner) while tables are protected: CASCADE would drop every protection with a NOTICE, and a
+-- new CREATE EXTENSION would not restore them.  An event trigger rather
+-- than a hook, so that it works without shared_preload_libraries; it fires
+-- before the drop, while it still exists.  ENABLE ALWAYS: also in sessions
+-- with session_replication_role = replica.
+CREATE FUNCTION lockfence.guard_drop()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'lockfence_guard_drop'
+LANGUAGE C;
+
+COMMENT ON FUNCTION lockfence.guard_drop() IS
+    'Refuse to drop lockfence while tables are protected by it';
+
+CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION lockfence.guard_drop();
+
+ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;
+
+-- Refuse publications that would publish lockfence.fences (FOR ALL TABLES,
+-- FOR TABLES IN SCHEMA lockfence, or the table by name): a subscriber's
+-- fences are its own, and following the publisher's would move them back
+-- or stop the subscription with 23505.
+CREATE FUNCTION lockfence.check_publications()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+BEGIN
+    IF coalesce(pg_catalog.current_setting('lockfence.allow_publish_fences', true),
+                'off')::boolean THEN
+        RETURN;
+    END IF;
+    FOR p IN
+        WITH touched(pubid) AS (
+            SELECT c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() c
+             WHERE c.classid = 'pg_catalog.pg_publication'::pg_catalog.regclass
+            UNION
+            SELECT r.prpubid FROM pg_catalog.pg_event_trigger_ddl_commands() c
+              JOIN pg_catalog.pg_publication_rel r ON r.oid = c.objid
+             WHERE c.classid = 'pg_catalog.pg_publication_rel'::pg_catalog.regclass
+            UNION
+            SELECT n.pnpubid FROM pg_catalog.pg_event_trigger_ddl_commands() c
+              JOIN pg_catalog.pg_publication_namespace n ON n.oid = c.objid
+             WHERE c.classid = 'pg_catalog.pg_publication_namespace'::pg_catalog.regclass
+        )
+        SELECT DISTINCT pub.pubname, pub.puballtables
+          FROM touched
+          JOIN pg_catalog.pg_publication pub ON pub.oid = touched.pubid
+          JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = pub.pubname
+         WHERE pt.schemaname = 'lockfence' AND pt.tablename = 'fences'
+    LOOP
+        RAISE EXCEPTION 'publication "%" would publish lockfence.fences', p.pubname
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'A subscriber''s fences must be its own: following the publisher''s would move them back, or stop the subscription with a unique violation.',
+                  HINT = CASE WHEN p.puballtables
+                         THEN 'Publish the application''s tables by name or by schema instead of FOR ALL TABLES, or SET lockfence.allow_publish_fences = on to publish the fences anyway.'
+                         ELSE 'Leave lockfence.fences and the lockfence schema out of the publication, or SET lockfence.allow_publish_fences = on to publish the fences anyway.'
+                         END;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.check_publications() IS
+    'Refuse publications that would publish lockfence.fences';
+
+CREATE EVENT TRIGGER lockfence_check_publications ON ddl_command_end
+    WHEN TAG IN ('CREATE PUBLICATION', 'ALTER PUBLICATION')
+    EXECUTE FUNCTION lockfence.check_publications();
+
+ALTER EVENT TRIGGER lockfence_check_publications ENABLE ALWAYS;
+
+-- Ask the etcd endpoints for their status (for check()).
+CREATE FUNCTION lockfence.etcd_status(timeout_ms integer DEFAULT 1000,
+                                      OUT endpoint text, OUT leader text,
+                                      OUT revision bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lockfence_etcd_status'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.etcd_status(integer) IS
+    'Status of the etcd cluster: endpoint that answered, leader (NULL: none), revision';
+
+REVOKE ALL ON FUNCTION lockfence.etcd_status(integer) FROM PUBLIC;
+
+-- The installation check: one row per finding, none when all is well.
+CREATE FUNCTION lockfence.check()
+RETURNS TABLE (severity text, finding text, detail text, hint text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
     r record;
     endpoints text;
