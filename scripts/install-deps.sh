@@ -21,6 +21,7 @@ packages=(
 	zookeeper
 	python3-psycopg python3-redis python3-kazoo python3-yaml
 	prometheus-postgres-exporter
+	patroni python3-etcd
 	openssl
 )
 
