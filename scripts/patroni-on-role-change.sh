@@ -25,6 +25,10 @@
 #                        log and do nothing.
 #   LOCKFENCE_DATABASES  databases to raise (space-separated); default:
 #                        every database that has the lockfence extension.
+#   LOCKFENCE_RESOURCES  resources whose fence must exist afterwards even if
+#                        the failover lost their row entirely (space-
+#                        separated; they are created at the floor); every
+#                        other existing fence is raised too.
 #   LOCKFENCE_TIMEOUT    seconds the whole run may take (default 60): the
 #                        script waits at most that long for the promotion to
 #                        complete and for each statement, then gives up.
@@ -88,20 +92,35 @@ if [ "$action" != on_role_change ] || { [ "$role" != master ] && [ "$role" != pr
 	exit 0
 fi
 
+# Resources to create at the floor, as an SQL array literal.
+resources_sql=NULL
+if [ -n "${LOCKFENCE_RESOURCES:-}" ]; then
+	read -r -a names <<<"$LOCKFENCE_RESOURCES"
+	resources_sql="ARRAY["
+	for r in "${names[@]}"; do
+		resources_sql+="'${r//\'/\'\'}',"
+	done
+	resources_sql="${resources_sql%,}]::text[]"
+fi
+
 case "$floor" in
 off)
 	log "promoted (cluster \"$cluster\"), LOCKFENCE_FLOOR=off: fences left as they are"
 	exit 0
 	;;
 etcd)
-	floor_sql="SELECT 'floor=' || floor || ' raised=' || raised FROM lockfence.etcd_raise_floor()"
+	floor_sql="SELECT 'floor=' || f.floor || ' raised=' || (f.raised + coalesce(n.raised, 0))
+	             FROM lockfence.etcd_raise_floor() AS f
+	             LEFT JOIN LATERAL (SELECT lockfence.raise_floor(f.floor, $resources_sql) AS raised
+	                                 WHERE $resources_sql IS NOT NULL) AS n ON true"
 	;;
 '' | *[!0-9]*)
 	log "LOCKFENCE_FLOOR must be etcd, off or a number, not \"$floor\""
 	exit 1
 	;;
 *)
-	floor_sql="SELECT 'floor=$floor raised=' || lockfence.raise_floor($floor)"
+	floor_sql="SELECT 'floor=$floor raised=' || (lockfence.raise_floor($floor)
+	             + coalesce(lockfence.raise_floor($floor, $resources_sql), 0))"
 	;;
 esac
 
