@@ -5,11 +5,12 @@
 #	  (scripts/patroni-on-role-change.sh) raising the fences to the etcd
 #	  revision.
 #
-# Debian's Patroni (3.0) with a real etcd (Debian's 3.4, v3 API) as its
-# DCS, two PostgreSQL nodes in asynchronous streaming replication.  Tokens
-# come from real etcd locks (lockfence.etcd_lock_and_fence against the same
-# etcd).  The standby is held behind: its walreceiver is stopped (SIGSTOP)
-# while the primary advances the fences and rejects superseded tokens with
+# Debian's Patroni (3.0) with a real etcd (Debian's 3.4, v3 API: Patroni's
+# etcd3 support) as its DCS, two PostgreSQL nodes in asynchronous streaming
+# replication.  Tokens come from real etcd locks
+# (lockfence.etcd_lock_and_fence against a second etcd, the application's).
+# The standby is held behind: its walreceiver is stopped (SIGSTOP) while
+# the primary advances the fences and rejects superseded tokens with
 # LF001; then the primary is killed (Patroni and PostgreSQL, SIGKILL) and
 # the stopped walreceiver too (SIGKILL: the WAL already in its socket is
 # discarded, as WAL never sent would be), so the advances are lost.  Patroni
@@ -40,10 +41,14 @@ note("Patroni $pver");
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
 
-my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'patroni');
-$etcd->start;
-my $etcd_url = $etcd->endpoints;
-(my $etcd_hostport = $etcd_url) =~ s{^https?://}{};
+# Two etcd clusters, as the README advises: Patroni's DCS, and the one the
+# application locks (and so the floor) come from.
+my $dcs = LockfenceTest::EtcdCluster->new(members => 1, name => 'dcs');
+$dcs->start;
+(my $etcd_hostport = $dcs->endpoints) =~ s{^https?://}{};
+my $locks = LockfenceTest::EtcdCluster->new(members => 1, name => 'locks');
+$locks->start;
+my $etcd_url = $locks->endpoints;
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 my $sockdir = PostgreSQL::Test::Utils::tempdir_short;
@@ -322,7 +327,13 @@ my $t_kill = time;
 
 wait_for('Patroni promotes node2', 120, sub { in_recovery($n2) eq 'f' })
   or BAIL_OUT('no promotion');
-note(sprintf('node2 promoted %.1f s after the kill', time - $t_kill));
+my $t_promoted = time;
+note(sprintf('node2 promoted %.1f s after the kill', $t_promoted - $t_kill));
+# How long writers could reach the new primary before the floor (the
+# window the documentation mentions), as seen by a client.
+LockfenceTest::EtcdCluster::poll_until(90, sub {
+	(psql_at($n2, "SELECT lockfence.current_token('jobs-a') > $replicated{'jobs-a'}"))[1] eq 't' });
+note(sprintf('fences raised %.2f s after the promotion was visible', time - $t_promoted));
 
 my $cb_line;
 wait_for('the on_role_change callback raised the fences', 90, sub {
