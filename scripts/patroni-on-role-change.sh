@@ -25,10 +25,11 @@
 #                        log and do nothing.
 #   LOCKFENCE_DATABASES  databases to raise (space-separated); default:
 #                        every database that has the lockfence extension.
-#   LOCKFENCE_RESOURCES  resources whose fence must exist afterwards even if
-#                        the failover lost their row entirely (space-
-#                        separated; they are created at the floor); every
-#                        other existing fence is raised too.
+#   LOCKFENCE_RESOURCES  raise only these resources (space-separated),
+#                        creating a fence at the floor for those the
+#                        failover lost entirely; default: every fence of
+#                        each database.  Use it when other resources take
+#                        tokens from another lock service.
 #   LOCKFENCE_TIMEOUT    seconds the whole run may take (default 60): the
 #                        script waits at most that long for the promotion to
 #                        complete and for each statement, then gives up.
@@ -109,18 +110,15 @@ off)
 	exit 0
 	;;
 etcd)
-	floor_sql="SELECT 'floor=' || f.floor || ' raised=' || (f.raised + coalesce(n.raised, 0))
-	             FROM lockfence.etcd_raise_floor() AS f
-	             LEFT JOIN LATERAL (SELECT lockfence.raise_floor(f.floor, $resources_sql) AS raised
-	                                 WHERE $resources_sql IS NOT NULL) AS n ON true"
+	floor_sql="SELECT 'floor=' || floor || ' raised=' || raised
+	             FROM lockfence.etcd_raise_floor($resources_sql)"
 	;;
 '' | *[!0-9]*)
 	log "LOCKFENCE_FLOOR must be etcd, off or a number, not \"$floor\""
 	exit 1
 	;;
 *)
-	floor_sql="SELECT 'floor=$floor raised=' || (lockfence.raise_floor($floor)
-	             + coalesce(lockfence.raise_floor($floor, $resources_sql), 0))"
+	floor_sql="SELECT 'floor=$floor raised=' || lockfence.raise_floor($floor, $resources_sql)"
 	;;
 esac
 

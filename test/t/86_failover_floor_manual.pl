@@ -100,16 +100,19 @@ is($standby->safe_psql('postgres', "SELECT lockfence.current_token('fresh')"),
 
 # Raising only the existing fences leaves a lost resource open; naming it
 # closes it.  The operator's floor: above every token issued before.
+$standby->safe_psql('postgres', "SELECT lockfence.fence('other-service', 7)");
 my ($cout, $cerr) = ('', '');
 my $ok = IPC::Run::run(
 	[ 'env', 'PGHOST=' . $standby->host, 'PGPORT=' . $standby->port,
-	  'LOCKFENCE_FLOOR=100', 'LOCKFENCE_RESOURCES=fresh',
+	  'LOCKFENCE_FLOOR=100', 'LOCKFENCE_RESOURCES=r1 r2 fresh',
 	  'LOCKFENCE_TIMEOUT=30', $callback, 'on_role_change', 'primary', 'manual' ],
 	'>', \$cout, '2>', \$cerr);
 ok($ok, 'callback with an operator floor succeeds');
 like($cerr, qr/database "postgres": floor=100 raised=3/,
 	'... raising r1, r2 and creating fresh, and says so');
 note($cerr);
+is($standby->safe_psql('postgres', "SELECT lockfence.current_token('other-service')"),
+	'7', 'a resource not listed in LOCKFENCE_RESOURCES is left alone');
 
 my $accepted = 0;
 for my $rt (@rejected)
@@ -127,6 +130,12 @@ is($standby->safe_psql('postgres', "SELECT lockfence.fence('r2', 101)"),
 	'101', 'a new token above the floor advances the fence');
 
 # Twice: nothing is lowered.
+$ok = IPC::Run::run(
+	[ 'env', 'PGHOST=' . $standby->host, 'PGPORT=' . $standby->port,
+	  'LOCKFENCE_FLOOR=100', $callback, 'on_role_change', 'primary', 'manual' ],
+	'>', \$cout, '2>', \$cerr);
+ok($ok && $cerr =~ /floor=100 raised=1/,
+	'a run without a list raises every fence below the floor (other-service)');
 $ok = IPC::Run::run(
 	[ 'env', 'PGHOST=' . $standby->host, 'PGPORT=' . $standby->port,
 	  'LOCKFENCE_FLOOR=100', $callback, 'on_role_change', 'primary', 'manual' ],
