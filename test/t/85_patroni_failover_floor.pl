@@ -81,9 +81,11 @@ etcd3:
   hosts: $etcd_hostport
 bootstrap:
   dcs:
-    ttl: 10
+    # Short, for a quick failover, with room for a loaded machine
+    # (Patroni wants loop_wait + 2 * retry_timeout <= ttl).
+    ttl: 15
     loop_wait: 1
-    retry_timeout: 3
+    retry_timeout: 5
     # The standby is far behind on purpose: let Patroni promote it.
     maximum_lag_on_failover: 1073741824
     synchronous_mode: false
