@@ -1,0 +1,58 @@
+-- failover floor: raise_floor() after a lossy failover
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+SELECT lockfence.fence('a', 10), lockfence.fence('b', 50), lockfence.fence('c', 99);
+
+-- every fence below the floor is raised to it; higher ones are kept
+SELECT lockfence.raise_floor(60);
+SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
+-- tokens below the floor are rejected, the floor itself is accepted
+SELECT lockfence.try_fence('a', 59);
+SELECT lockfence.fence('b', 59);
+SELECT lockfence.fence('a', 60, 'new holder');
+-- safe to run twice: nothing is lowered, nothing raised again
+SELECT lockfence.raise_floor(60);
+SELECT lockfence.raise_floor(5);
+SELECT resource, token FROM lockfence.fences ORDER BY resource;
+
+-- a set of resources: named resources without a fence get one
+SELECT lockfence.raise_floor(100, ARRAY['b', 'new', 'new']);
+SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
+SELECT lockfence.try_fence('new', 99), lockfence.try_fence('new', 100);
+SELECT lockfence.raise_floor(100, ARRAY[]::text[]);
+
+-- bad input
+SELECT lockfence.raise_floor(NULL);
+SELECT lockfence.raise_floor(-1);
+SELECT lockfence.raise_floor(1, ARRAY['x', NULL]);
+SELECT lockfence.raise_floor(1, ARRAY['']);
+SELECT lockfence.raise_floor(1, ARRAY[repeat('x', 256)]);
+SELECT count(*) FROM lockfence.fences WHERE resource = 'x';
+
+-- operators only
+CREATE ROLE floor_app;
+SET ROLE floor_app;
+SELECT lockfence.raise_floor(1000);
+SELECT * FROM lockfence.etcd_raise_floor();
+SELECT lockfence.etcd_revision();
+RESET ROLE;
+-- an operator granted raise_floor needs no privilege on the table
+GRANT EXECUTE ON FUNCTION lockfence.raise_floor(bigint, text[]) TO floor_app;
+SET ROLE floor_app;
+SELECT lockfence.raise_floor(1000, ARRAY['a']);
+RESET ROLE;
+SELECT token FROM lockfence.fences WHERE resource = 'a';
+
+-- etcd out of reach: etcd_raise_floor fails and raises nothing
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:1';
+SET lockfence.etcd_request_timeout = 1000;
+\set VERBOSITY terse
+SELECT * FROM lockfence.etcd_raise_floor();
+\set VERBOSITY default
+RESET lockfence.etcd_endpoints;
+RESET lockfence.etcd_request_timeout;
+SELECT resource, token FROM lockfence.fences ORDER BY resource;
+
+DROP EXTENSION lockfence;
+DROP ROLE floor_app;
