@@ -773,7 +773,9 @@ BEGIN
     LOOP
         RETURN QUERY SELECT 'warning', 'event_trigger_disabled',
             pg_catalog.format('Event trigger %I of lockfence is disabled.', r.evtname),
-            pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE ALWAYS;', r.evtname);
+            pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE%s;', r.evtname,
+                              CASE WHEN r.evtname = 'lockfence_check_new_triggers'
+                                   THEN '' ELSE ' ALWAYS' END);
     END LOOP;
 
     -- etcd is probed when it is configured (endpoints not the default) or
