@@ -202,7 +202,7 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 						   "protection, and creating it again would not restore them.",
 						   example ? example : "?"),
 				 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
-						 "or SET lockfence.allow_drop_protected = on to drop the protections "
+						 "or SET lockfence.allow_drop_protected = on and drop with CASCADE to drop the protections "
 						 "with the extension.")));
 	PG_RETURN_VOID();
 }
