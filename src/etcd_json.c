@@ -61,7 +61,7 @@ etcd_parse_reply(const char *body, int len, Jsonb **result)
 
 	copy = pnstrdup(body, len);
 	/* need_escapes: rejects \u0000 and escapes the encoding cannot hold */
-	lex = makeJsonLexContextCstringLen(copy, len, GetDatabaseEncoding(), true);
+	lex = lf_make_json_lex_context(copy, len, GetDatabaseEncoding(), true);
 	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
 		return false;
 
