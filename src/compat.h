@@ -19,9 +19,12 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "common/base64.h"
 #include "common/jsonapi.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/relcache.h"
 #include "utils/resowner.h"
 
 /*
@@ -58,6 +61,58 @@
 #else
 #define lf_make_json_lex_context(json, len, encoding, need_escapes) \
 	makeJsonLexContextCstringLen((json), (len), (encoding), (need_escapes))
+#endif
+
+/*
+ * Base64 of bytes: 18 declares the binary side as uint8 instead of char.
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_b64_encode(src, len, dst, dstlen) \
+	pg_b64_encode((const uint8 *) (src), (len), (dst), (dstlen))
+#define lf_b64_decode(src, len, dst, dstlen) \
+	pg_b64_decode((src), (len), (uint8 *) (dst), (dstlen))
+#else
+#define lf_b64_encode(src, len, dst, dstlen) \
+	pg_b64_encode((src), (len), (dst), (dstlen))
+#define lf_b64_decode(src, len, dst, dstlen) \
+	pg_b64_decode((src), (len), (dst), (dstlen))
+#endif
+
+/*
+ * The relation's primary key index.  18 asks whether a deferrable one will
+ * do; before 18 a deferrable primary key was never returned, so: no.
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_primary_key_index(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define lf_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
+/*
+ * Start an index scan.  18 added an instrumentation argument (NULL: none).
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define lf_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * An ExecutorRun hook's parameters, and the arguments passing them on: 18
+ * dropped execute_once.  Used as
+ *	static void my_run(LF_EXECUTOR_RUN_PARAMS) { ... prev(LF_EXECUTOR_RUN_ARGS); }
+ */
+#if PG_VERSION_NUM >= 180000
+#define LF_EXECUTOR_RUN_PARAMS \
+	QueryDesc *queryDesc, ScanDirection direction, uint64 count
+#define LF_EXECUTOR_RUN_ARGS queryDesc, direction, count
+#else
+#define LF_EXECUTOR_RUN_PARAMS \
+	QueryDesc *queryDesc, ScanDirection direction, uint64 count, \
+	bool execute_once
+#define LF_EXECUTOR_RUN_ARGS queryDesc, direction, count, execute_once
 #endif
 
 #endif							/* LOCKFENCE_COMPAT_H */

@@ -232,7 +232,7 @@ etcd_b64_encode(const char *data, int len)
 	char	   *out = palloc(cap);
 	int			n;
 
-	n = pg_b64_encode(data, len, out, cap);
+	n = lf_b64_encode(data, len, out, cap);
 	if (n < 0)
 		elog(ERROR, "could not encode base64");
 	out[n] = '\0';
@@ -250,7 +250,7 @@ etcd_b64_decode(const char *b64, int *len)
 	char	   *out = palloc(cap);
 	int			n;
 
-	n = pg_b64_decode(b64, inlen, out, cap);
+	n = lf_b64_decode(b64, inlen, out, cap);
 	if (n < 0)
 		return NULL;
 	out[n] = '\0';

@@ -420,8 +420,7 @@ static CmdType running_operation = CMD_UNKNOWN;
 static ExecutorRun_hook_type prev_ExecutorRun = NULL;
 
 static void
-fence_trigger_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction,
-						  uint64 count, bool execute_once)
+fence_trigger_ExecutorRun(LF_EXECUTOR_RUN_PARAMS)
 {
 	CmdType		save_operation = running_operation;
 
@@ -429,9 +428,9 @@ fence_trigger_ExecutorRun(QueryDesc *queryDesc, ScanDirection direction,
 	PG_TRY();
 	{
 		if (prev_ExecutorRun)
-			prev_ExecutorRun(queryDesc, direction, count, execute_once);
+			prev_ExecutorRun(LF_EXECUTOR_RUN_ARGS);
 		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+			standard_ExecutorRun(LF_EXECUTOR_RUN_ARGS);
 	}
 	PG_FINALLY();
 	{
