@@ -27,6 +27,10 @@
 #include "utils/relcache.h"
 #include "utils/resowner.h"
 
+#if PG_VERSION_NUM < 150000
+#error "lockfence needs PostgreSQL 15 or later"
+#endif
+
 /*
  * A function that never returns: 18 removed pg_attribute_noreturn() (which
  * went after the declaration) in favour of pg_noreturn (which goes before

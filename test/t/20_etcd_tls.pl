@@ -100,8 +100,9 @@ my ($key, $token) = split /\|/, $out;
 # connection (08001).
 like($state, qr/^080(01|06)$/, "no client certificate: $state");
 # What libcurl reports depends on when the server's alert arrives: the
-# alert itself, or the connection it closed.  Both name the endpoint.
-like($err, qr/certificate|alert|not connected|reset|closed/i,
+# alert itself, or the connection it closed (libcurl 8: SSL_ERROR_ZERO_RETURN,
+# the peer's close).  Both name the endpoint.
+like($err, qr/certificate|alert|not connected|reset|closed|SSL_ERROR_ZERO_RETURN/i,
 	'... with the TLS failure in the detail');
 
 ($out, $err, $state) = run_sql(
