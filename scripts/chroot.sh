@@ -43,7 +43,8 @@ CHROOT_PACKAGES=(
 	postgresql-17 postgresql-server-dev-17
 )
 CHROOT_SID_PACKAGES=(postgresql-18 postgresql-server-dev-18)
-# The majors the chroot holds, for callers.
+# The majors the chroot holds, for callers (test/run-all.sh).
+# shellcheck disable=SC2034
 CHROOT_MAJORS="17 18"
 
 chroot_say() { printf 'chroot: %s\n' "$*" >&2; }
@@ -89,7 +90,7 @@ chroot_umount_all() {
 # Stop every process whose root is the chroot (servers a suite started and
 # left behind when it was interrupted): by pid, TERM then KILL.
 chroot_kill_inside() {
-	local dir=$1 p pids=() root i
+	local dir=$1 p pids=() root
 	for p in /proc/[0-9]*; do
 		root=$(readlink "$p/root" 2>/dev/null) || continue
 		[ "$root" = "$dir" ] && pids+=("${p#/proc/}")
@@ -97,8 +98,9 @@ chroot_kill_inside() {
 	[ ${#pids[@]} -eq 0 ] && return 0
 	chroot_say "stopping ${#pids[@]} process(es) left inside the chroot"
 	kill -TERM "${pids[@]}" 2>/dev/null
-	for i in 1 2 3 4 5 6 7 8 9 10; do
-		local alive=()
+	local alive=()
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		alive=()
 		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
 		[ ${#alive[@]} -eq 0 ] && return 0
 		sleep 0.5

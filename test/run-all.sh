@@ -159,6 +159,7 @@ if [ -n "${LOCKFENCE_IN_CHROOT:-}" ]; then
 			if [[ " $PG_MAJORS " != *" $((m - 1)) "* ]]; then
 				(
 					# Only its build is needed; no suites on it.
+					# shellcheck disable=SC2030
 					SUITES=
 					run_major "$((m - 1))" "$old"
 				) || true
@@ -228,6 +229,7 @@ if [ ${#chroot_majors[@]} -gt 0 ]; then
 		# The tree in src/, the suites' outcomes next to it.
 		mkdir "$chroot_work/src"
 		tar -C "$repo" --exclude=.git -cf - . | tar -C "$chroot_work/src" -xf -
+		# shellcheck disable=SC2031
 		chroot_exec env LOCKFENCE_IN_CHROOT=1 PG_MAJORS="${chroot_majors[*]}" \
 			SUITES="$SUITES" ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} \
 			LOCKFENCE_RESULTS="$inner/results" \
