@@ -13,6 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 packages=(
 	make gcc
+	debootstrap	# the PostgreSQL 17 and 18 chroot (scripts/chroot.sh)
 	postgresql-15 postgresql-client-15
 	libcurl4-openssl-dev
 	libipc-run-perl

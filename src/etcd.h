@@ -21,6 +21,7 @@
 
 #include "postgres.h"
 
+#include "compat.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
@@ -88,18 +89,16 @@ extern const char *etcd_auth_token(bool quiet);
 extern void etcd_forget_auth_token(void);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
-extern void etcd_report_reply_error(const char *what, EtcdReply *reply)
-			pg_attribute_noreturn();
+pg_noreturn extern void etcd_report_reply_error(const char *what, EtcdReply *reply);
 extern bool etcd_transient_failure(long http_code, int grpc_code,
 								   const char *error_text);
 extern long etcd_attempt_timeout(long timeout_ms, int n_endpoints);
 extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern bool etcd_reply_matches(const char *path, const char *request_body,
 							   Jsonb *jb, const char **why);
-extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
+pg_noreturn extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 										const char *endpoint,
-										const char *detail)
-			pg_attribute_noreturn();
+										const char *detail);
 
 /* etcd_json.c */
 typedef enum EtcdFieldStatus
@@ -128,8 +127,7 @@ extern JsonbContainer *etcd_json_array_object(JsonbContainer *c,
 extern char *etcd_b64_encode(const char *data, int len);
 extern char *etcd_b64_decode(const char *b64, int *len);
 extern char *etcd_json_bytes(JsonbContainer *c, const char *key, int *len);
-extern void etcd_malformed_reply(const char *what, const char *detail)
-			pg_attribute_noreturn();
+pg_noreturn extern void etcd_malformed_reply(const char *what, const char *detail);
 
 /* etcd_session.c */
 

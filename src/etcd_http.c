@@ -560,7 +560,7 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
 	volatile int n = 0;
 	int			i;
 
-	set = CreateWaitEventSet(CurrentMemoryContext, nsocks + 2);
+	set = lf_create_wait_event_set(nsocks + 2);
 	PG_TRY();
 	{
 		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);

@@ -262,7 +262,7 @@ etcd_parse_reply_from(const char *body, int len, const char *what,
 
 	copy = pnstrdup(body, len);
 	/* need_escapes: rejects \u0000 and escapes the encoding cannot hold */
-	lex = makeJsonLexContextCstringLen(copy, len, GetDatabaseEncoding(), true);
+	lex = lf_make_json_lex_context(copy, len, GetDatabaseEncoding(), true);
 	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
 		return false;
 
@@ -447,7 +447,7 @@ etcd_b64_encode(const char *data, int len)
 	char	   *out = palloc(cap);
 	int			n;
 
-	n = pg_b64_encode(data, len, out, cap);
+	n = lf_b64_encode(data, len, out, cap);
 	if (n < 0)
 		elog(ERROR, "could not encode base64");
 	out[n] = '\0';
@@ -465,7 +465,7 @@ etcd_b64_decode(const char *b64, int *len)
 	char	   *out = palloc(cap);
 	int			n;
 
-	n = pg_b64_decode(b64, inlen, out, cap);
+	n = lf_b64_decode(b64, inlen, out, cap);
 	if (n < 0)
 		return NULL;
 	out[n] = '\0';

@@ -76,7 +76,7 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 
 	/* The lock SELECT ... FOR SHARE would take on the table. */
 	rel = table_open(relid, RowShareLock);
-	indexid = RelationGetPrimaryKeyIndex(rel);
+	indexid = lf_primary_key_index(rel);
 	if (!OidIsValid(indexid) ||
 		TupleDescAttr(RelationGetDescr(rel), Anum_fences_token - 1)->atttypid != INT8OID)
 	{
@@ -93,7 +93,7 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 	key.sk_collation = index->rd_indcollation[0];
 
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, index, snapshot, 1, 0);
+	scan = lf_index_beginscan(rel, index, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))

@@ -13,6 +13,8 @@
 
 #include "postgres.h"
 
+#include "compat.h"
+
 /*
  * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
  * the SQL standard and PostgreSQL use, and outside class 40, so drivers do

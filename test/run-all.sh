@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# run-all.sh: build lockfence and run every test suite, as root on Debian 12.
+# run-all.sh: build lockfence and run every test suite on every tested
+# PostgreSQL major, as root on Debian 12.
 #
-# Installs what is missing with apt-get, builds warning-free (-Wall -Wextra
-# -Werror), installs the extension into the system PostgreSQL 15, then runs
-# as the postgres user, in a scratch copy of the tree:
-#   pg_regress (private server), isolation specs (private server), and the
-#   TAP suites (PostgreSQL, etcd, ... servers started by the tests themselves
-#   on 127.0.0.1 free ports),
-# and finally the end-to-end demonstration.  Prints "N passed, N failed" and
-# exits non-zero if any suite failed.
+# The matrix (PG_MAJORS, default "15 17 18"):
+#   15      the machine's own PostgreSQL (Debian 12), dependencies installed
+#           by scripts/install-deps.sh;
+#   17, 18  inside a Debian chroot (trixie with PostgreSQL 17, plus 18 from
+#           sid) that scripts/chroot.sh builds with debootstrap from this
+#           machine's apt mirror and caches in /var/cache/lockfence-chroots
+#           (built once; later runs reuse it).
+# For each major: build warning-free (-Wall -Wextra -Werror) and install,
+# then, as the postgres user in a scratch copy of the tree: pg_regress
+# (private server), isolation specs (private server), the TAP suites
+# (PostgreSQL, etcd, ... servers started by the tests themselves on
+# 127.0.0.1 free ports).  The end-to-end demonstration runs on 15 only: it
+# exercises the client side (Python, Redis, ZooKeeper) against the
+# extension, which the other suites already cover on every major.  In the
+# chroot, pg_upgrade from 17 to 18 is tested too (test/t/51_pg_upgrade.pl).
+#
+# Prints one "N passed, N failed" line over all suites and majors, last,
+# and exits non-zero if any suite failed.  Everything it mounted or started
+# is unmounted and stopped when it exits, also on failure or interrupt.
 #
 # For quick iterations:
+#   PG_MAJORS="17"                only these majors (of 15 17 18)
 #   SUITES="regress tap"          only these of: regress isolation tap demo
 #   PROVE_TESTS="test/t/20_*.pl"  only these TAP files
-#   PG_CONFIG=/path/to/pg_config  another PostgreSQL installation
+#   PG_CONFIG=/path/to/pg_config  another PostgreSQL installation for the
+#                                 host major; given alone (without
+#                                 PG_MAJORS), only that major runs
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,78 +38,208 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-"$repo/scripts/install-deps.sh" || { echo "dependency installation failed" >&2; exit 1; }
-
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-export PATH="$("$PG_CONFIG" --bindir):$PATH"
-
-# A scratch copy owned by postgres: the servers and pg_regress refuse to run
-# as root and must be able to write results next to the tests.
-work=$(mktemp -d /tmp/lockfence-test.XXXXXX)
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
-chmod 755 "$work"
-tar -C "$repo" --exclude=.git -cf - . | tar -C "$work" -xf -
-make -C "$work" -s clean >/dev/null 2>&1
-
 passed=0
 failed=0
 failures=()
+
+# Inside the chroot, each suite's outcome also goes to this file, which
+# the run outside reads to count it.
+results=${LOCKFENCE_RESULTS:-}
+
+record() {
+	local outcome=$1 name=$2
+	if [ "$outcome" = passed ]; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		failures+=("$name")
+	fi
+	[ -n "$results" ] && printf '%s %s\n' "$outcome" "$name" >>"$results"
+	return 0
+}
 
 suite() {
 	local name=$1
 	shift
 	echo "=== $name"
 	if "$@"; then
-		passed=$((passed + 1))
+		record passed "$name"
 		echo "=== $name: passed"
 	else
-		failed=$((failed + 1))
-		failures+=("$name")
+		record failed "$name"
 		echo "=== $name: FAILED"
 	fi
-}
-
-build() {
-	make -C "$work" -s PG_CONFIG="$PG_CONFIG" \
-		PG_CFLAGS='-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers' &&
-		make -C "$work" -s PG_CONFIG="$PG_CONFIG" install
-}
-
-as_postgres_make() {
-	chown -R postgres: "$work"
-	runuser -u postgres -- env PATH="$PATH" make -C "$work" PG_CONFIG="$PG_CONFIG" "$@"
-}
-
-show_diffs() {
-	local f
-	for f in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
-		[ -s "$f" ] && { echo "--- $f"; head -200 "$f"; }
-	done
-	for f in "$work"/tmp_check/log/regress_log_*; do
-		[ -f "$f" ] && grep -q "not ok" "$f" && { echo "--- $f"; tail -60 "$f"; }
-	done
-	return 1
-}
-
-regress() { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; }
-isolation() { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; }
-tap() {
-	as_postgres_make installcheck REGRESS= ISOLATION= \
-		PROVE_FLAGS='-I test/perl --timer' ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} ||
-		show_diffs
 }
 
 SUITES=${SUITES:-regress isolation tap demo}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
-suite "build and install (-Wall -Wextra -Werror)" build
-if [ $failed -eq 0 ]; then
-	wanted regress && suite "pg_regress" regress
-	wanted isolation && suite "isolation" isolation
-	wanted tap && suite "TAP" tap
-	if wanted demo && [ -x "$work/demo/run.sh" ]; then
-		suite "demonstration (demo/run.sh)" bash "$work/demo/run.sh"
+work=
+cleanup_work() { [ -n "$work" ] && rm -rf "$work"; work=; }
+
+# run_major LABEL PG_CONFIG: every wanted suite on one PostgreSQL, in a
+# fresh scratch copy owned by postgres (the servers and pg_regress refuse
+# to run as root and must be able to write results next to the tests).
+run_major() {
+	local label=$1 pgc=$2 before=$failed
+	local PATH
+	PATH="$("$pgc" --bindir):$ORIG_PATH"
+	export PATH
+
+	cleanup_work
+	work=$(mktemp -d /tmp/lockfence-test.XXXXXX)
+	chmod 755 "$work"
+	tar -C "$repo" --exclude=.git -cf - . | tar -C "$work" -xf -
+	make -C "$work" -s clean >/dev/null 2>&1
+
+	build() {
+		make -C "$work" -s PG_CONFIG="$pgc" \
+			PG_CFLAGS='-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers' &&
+			make -C "$work" -s PG_CONFIG="$pgc" install
+	}
+	as_postgres_make() {
+		chown -R postgres: "$work"
+		runuser -u postgres -- env PATH="$PATH" \
+			${LOCKFENCE_UPGRADE_FROM:+LOCKFENCE_UPGRADE_FROM="$LOCKFENCE_UPGRADE_FROM"} \
+			make -C "$work" PG_CONFIG="$pgc" "$@"
+	}
+	show_diffs() {
+		local f
+		for f in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
+			[ -s "$f" ] && { echo "--- $f"; head -200 "$f"; }
+		done
+		for f in "$work"/tmp_check/log/regress_log_*; do
+			# What led to each failed check, and the end of the log.
+			[ -f "$f" ] && grep -q "not ok" "$f" &&
+				{ echo "--- $f"; grep -B40 -A10 "not ok" "$f" | head -300; echo "..."; tail -30 "$f"; }
+		done
+		return 1
+	}
+	regress() { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; }
+	isolation() { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; }
+	tap() {
+		as_postgres_make installcheck REGRESS= ISOLATION= \
+			PROVE_FLAGS='-I test/perl --timer' ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} ||
+			show_diffs
+	}
+
+	echo "##### PostgreSQL $label: $("$pgc" --version)"
+	suite "[$label] build and install (-Wall -Wextra -Werror)" build
+	if [ $failed -eq $before ]; then
+		wanted regress && suite "[$label] pg_regress" regress
+		wanted isolation && suite "[$label] isolation" isolation
+		wanted tap && suite "[$label] TAP" tap
+		if [ "$label" = 15 ] && wanted demo && [ -x "$work/demo/run.sh" ]; then
+			suite "[$label] demonstration (demo/run.sh)" \
+				env PG_CONFIG="$pgc" bash "$work/demo/run.sh"
+		fi
+	fi
+	cleanup_work
+	echo "##### PostgreSQL $label: $((failed - before)) suite(s) failed"
+}
+
+ORIG_PATH=$PATH
+
+# ---------------------------------------------------------------------------
+# Inside the chroot (started by the run below): the chroot's majors.
+# ---------------------------------------------------------------------------
+if [ -n "${LOCKFENCE_IN_CHROOT:-}" ]; then
+	trap cleanup_work EXIT
+	for m in $PG_MAJORS; do
+		pgc=/usr/lib/postgresql/$m/bin/pg_config
+		if [ ! -x "$pgc" ]; then
+			suite "[$m] PostgreSQL $m in the chroot" false
+			continue
+		fi
+		# pg_upgrade is tested on the newest major, from the one before
+		# (lockfence built and installed there first).
+		LOCKFENCE_UPGRADE_FROM=
+		old=/usr/lib/postgresql/$((m - 1))/bin/pg_config
+		if [ "$m" = 18 ] && [ -x "$old" ] && wanted tap; then
+			if [[ " $PG_MAJORS " != *" $((m - 1)) "* ]]; then
+				(
+					# Only its build is needed; no suites on it.
+					# shellcheck disable=SC2030
+					SUITES=
+					run_major "$((m - 1))" "$old"
+				) || true
+			fi
+			LOCKFENCE_UPGRADE_FROM=$("$old" --bindir)
+		fi
+		export LOCKFENCE_UPGRADE_FROM
+		run_major "$m" "$pgc"
+	done
+	echo "done" >>"$results.done"
+	exit 0
+fi
+
+# ---------------------------------------------------------------------------
+# On the host: the host's major here, the others in the chroot.
+# ---------------------------------------------------------------------------
+host_pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+host_major=15
+if [ -z "${PG_MAJORS:-}" ]; then
+	if [ -n "${PG_CONFIG:-}" ]; then
+		PG_MAJORS=$host_major
+	else
+		PG_MAJORS="15 17 18"
+	fi
+fi
+
+# shellcheck source=scripts/chroot.sh
+. "$repo/scripts/chroot.sh"
+
+chroot_work=
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "${CHROOT_CHILD:-}" ] && kill -TERM "$CHROOT_CHILD" 2>/dev/null
+	cleanup_work
+	chroot_leave
+	[ -n "$chroot_work" ] && rm -rf "$chroot_work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "run-all.sh: interrupted" >&2; exit 130' INT
+trap 'echo "run-all.sh: terminated" >&2; exit 143' TERM
+
+chroot_majors=()
+for m in $PG_MAJORS; do
+	if [ "$m" = "$host_major" ]; then
+		if "$repo/scripts/install-deps.sh"; then
+			run_major "$m" "$host_pg_config"
+		else
+			suite "[$m] dependencies (scripts/install-deps.sh)" false
+		fi
+	elif [[ " $CHROOT_MAJORS " == *" $m "* ]]; then
+		chroot_majors+=("$m")
+	else
+		echo "run-all.sh: PostgreSQL $m is not in the matrix (15 $CHROOT_MAJORS)" >&2
+		suite "[$m] PostgreSQL $m available" false
+	fi
+done
+
+if [ ${#chroot_majors[@]} -gt 0 ]; then
+	echo "##### PostgreSQL ${chroot_majors[*]} in the chroot $CHROOT_ROOT"
+	if ! chroot_ensure || ! chroot_enter; then
+		suite "[${chroot_majors[*]}] chroot (scripts/chroot.sh)" false
+	else
+		chroot_work=$(mktemp -d "$CHROOT_ROOT/tmp/lockfence-matrix.XXXXXX")
+		inner=/tmp/${chroot_work##*/}
+		# The tree in src/, the suites' outcomes next to it.
+		mkdir "$chroot_work/src"
+		tar -C "$repo" --exclude=.git -cf - . | tar -C "$chroot_work/src" -xf -
+		# shellcheck disable=SC2031
+		chroot_exec env LOCKFENCE_IN_CHROOT=1 PG_MAJORS="${chroot_majors[*]}" \
+			SUITES="$SUITES" ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} \
+			LOCKFENCE_RESULTS="$inner/results" \
+			bash "$inner/src/test/run-all.sh"
+		while read -r outcome name; do
+			record "$outcome" "$name"
+		done < <(cat "$chroot_work/results" 2>/dev/null)
+		if [ ! -s "$chroot_work/results.done" ]; then
+			record failed "[${chroot_majors[*]}] chroot run did not complete"
+		fi
 	fi
 fi
 

@@ -147,7 +147,7 @@ ok( $node->poll_query_until(
 		'postgres', "SELECT lockfence.current_token('shop')", '50'),
 	'the server accepts connections again after the crash of a backend');
 ok( $node->log_contains(
-		"server process \\(PID $victim_pid\\) was terminated by signal 9",
+		"(?:server process|client backend) \\(PID $victim_pid\\) was terminated by signal 9",
 		$log_offset),
 	'the victim was killed by SIGKILL');
 ok( $node->log_contains(

@@ -329,7 +329,7 @@ my $log_offset = -s $node->logfile;
 kill 'KILL', $victim_pid;
 eval { $victim->quit; };
 $node->wait_for_log(
-	qr/server process \(PID $victim_pid\) was terminated by signal 9.*all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+	qr/(?:server process|client backend) \(PID $victim_pid\) was terminated by signal 9.*all server processes terminated; reinitializing.*database system is ready to accept connections/s,
 	$log_offset);
 pass('the backend crashed and the server restarted');
 $c = counters();

@@ -22,7 +22,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $yaml_file = "$ENV{TESTDIR}/monitoring/postgres_exporter.yaml";
+my $yaml_file = ($ENV{TESTDIR} // ".") . "/monitoring/postgres_exporter.yaml";  # no TESTDIR since 17
 my $exporter_bin = '/usr/bin/prometheus-postgres-exporter';
 my $exporter;
 

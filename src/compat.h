@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  The one place where lockfence deals with differences between the
+ *	  PostgreSQL majors it supports (15, 16, 17, 18).
+ *
+ * Every API that changed between those majors is wrapped here behind one
+ * name, with PG_VERSION_NUM guards; the rest of the code calls the wrapper
+ * and never tests the version itself.  16 sits between 15 and 17 for all of
+ * these (the 17 changes are new in 17), so it takes the 15 branch.
+ *
+ * IDENTIFICATION
+ *	  src/compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOCKFENCE_COMPAT_H
+#define LOCKFENCE_COMPAT_H
+
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "common/base64.h"
+#include "common/jsonapi.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/relcache.h"
+#include "utils/resowner.h"
+
+#if PG_VERSION_NUM < 150000
+#error "lockfence needs PostgreSQL 15 or later"
+#endif
+
+/*
+ * A function that never returns: 18 removed pg_attribute_noreturn() (which
+ * went after the declaration) in favour of pg_noreturn (which goes before
+ * it).  GCC and Clang accept the attribute in front as well, so older
+ * majors get pg_noreturn spelt with the old attribute.
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
+/*
+ * A WaitEventSet for nevents events.  Since 17 the set is tracked by a
+ * resource owner (released with it on error) instead of being allocated in
+ * a memory context; before 17 it lives in CurrentMemoryContext.  Callers
+ * free it with FreeWaitEventSet() either way.
+ */
+#if PG_VERSION_NUM >= 170000
+#define lf_create_wait_event_set(nevents) \
+	CreateWaitEventSet(CurrentResourceOwner, (nevents))
+#else
+#define lf_create_wait_event_set(nevents) \
+	CreateWaitEventSet(CurrentMemoryContext, (nevents))
+#endif
+
+/*
+ * A JSON lexer over json[0..len).  Since 17 the caller may pass a
+ * JsonLexContext to fill; NULL makes it palloc one, as before 17.
+ */
+#if PG_VERSION_NUM >= 170000
+#define lf_make_json_lex_context(json, len, encoding, need_escapes) \
+	makeJsonLexContextCstringLen(NULL, (json), (len), (encoding), (need_escapes))
+#else
+#define lf_make_json_lex_context(json, len, encoding, need_escapes) \
+	makeJsonLexContextCstringLen((json), (len), (encoding), (need_escapes))
+#endif
+
+/*
+ * Base64 of bytes: 18 declares the binary side as uint8 instead of char.
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_b64_encode(src, len, dst, dstlen) \
+	pg_b64_encode((const uint8 *) (src), (len), (dst), (dstlen))
+#define lf_b64_decode(src, len, dst, dstlen) \
+	pg_b64_decode((src), (len), (uint8 *) (dst), (dstlen))
+#else
+#define lf_b64_encode(src, len, dst, dstlen) \
+	pg_b64_encode((src), (len), (dst), (dstlen))
+#define lf_b64_decode(src, len, dst, dstlen) \
+	pg_b64_decode((src), (len), (dst), (dstlen))
+#endif
+
+/*
+ * The relation's primary key index.  18 asks whether a deferrable one will
+ * do; before 18 a deferrable primary key was never returned, so: no.
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_primary_key_index(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define lf_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
+/*
+ * Start an index scan.  18 added an instrumentation argument (NULL: none).
+ */
+#if PG_VERSION_NUM >= 180000
+#define lf_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define lf_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+#endif							/* LOCKFENCE_COMPAT_H */
