@@ -69,7 +69,7 @@ cleanup() {
 	trap - EXIT INT TERM
 	set +e
 	for f in "$T"/run/*.pid; do
-		[ -e "$f" ] && still_ours "$f" || continue
+		still_ours "$f" || continue
 		kill -CONT "$(cut -d' ' -f1 "$f")" 2>/dev/null
 		kill -TERM "$(cut -d' ' -f1 "$f")" 2>/dev/null
 	done
@@ -180,8 +180,10 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok
 EOF
 ZK_CP=/usr/share/java/zookeeper.jar
-[ -r /etc/zookeeper/conf_example/environment ] &&
+if [ -r /etc/zookeeper/conf_example/environment ]; then
+	# shellcheck disable=SC1091
 	ZK_CP=$(. /etc/zookeeper/conf_example/environment && echo "$CLASSPATH")
+fi
 spawn zookeeper java -Xmx256m -Dzookeeper.log.dir="$T/zk" -cp "$ZK_CP" \
 	org.apache.zookeeper.server.ZooKeeperServerMain "$T/zk/zoo.cfg"
 
@@ -197,7 +199,8 @@ cmp -s "$T/plan1" "$T/plan2" || die "the same seed gave two different fault sche
 
 status=0
 start=$SECONDS
-"$PY" "$HERE/harness.py" --seed "$SEED" --minutes "$MINUTES" --out "$T/fenced" || status=1
+"$PY" "$HERE/harness.py" --seed "$SEED" --minutes "$MINUTES" --min-ok "$MIN_OK" \
+	--out "$T/fenced" || status=1
 cmp -s "$T/plan1" "$T/fenced/schedule.txt" ||
 	{ echo "history: FAILED: the run did not follow the schedule of its seed"; status=1; }
 "$PY" "$HERE/checker.py" "$T/fenced" --require-ok "$MIN_OK" --require-all-faults || status=1

@@ -16,9 +16,11 @@ import argparse
 import html
 import json
 import os
+import re
 
 LANE, LEFT, WIDTH, PANEL = 20, 110, 1500, 110
 OK, REJECTED, REFUSED, UNKNOWN = "#2a9d3a", "#d62828", "#f08c00", "#222222"
+VIOLATION = "#e000e0"
 FAULT_COLOURS = {"etcd-leader-kill": "#9b5de5", "etcd-member-stop": "#c77dff",
                  "etcd-member-cut": "#e0aaff", "redis-failover": "#ff6b6b",
                  "zk-session-expiry": "#4cc9f0", "worker-pause": "#ffd166",
@@ -38,16 +40,22 @@ def main():
     t_from, t_to = 0.0, max(e["time"] for e in events)
     if a.window:
         t_from, t_to = (float(x) for x in a.window.split(":"))
+    # the operations the checker named in a violation, if it ran
+    flagged = set()
+    vfile = os.path.join(a.run, "violations.txt")
+    if os.path.exists(vfile):
+        with open(vfile) as f:
+            flagged = set(re.findall(r"^    (\S+) \(", f.read(), re.M))
     out = a.out or os.path.join(a.run, "timeline.svg")
     with open(out, "w") as f:
-        f.write(draw(events, t_from, t_to))
+        f.write(draw(events, t_from, t_to, flagged))
     print(f"history: timeline in {out}")
 
 
-def draw(events, t_from, t_to):
-    workers = sorted({e["process"] for e in events if e["process"] != "nemesis"},
-                     key=lambda p: (p.split("-")[0] != "etcd", p))
-    services = sorted({w.split("-")[0] for w in workers}, key=lambda s: s != "etcd")
+def draw(events, t_from, t_to, flagged):
+    workers = sorted(e["process"] for e in events if e["process"] != "nemesis")
+    workers = sorted(set(workers))      # etcd-1.., redis-1.., zk-1..
+    services = sorted({w.split("-")[0] for w in workers})
     top = 58
     lanes_h = LANE * len(workers)
     height = top + lanes_h + 30 + (PANEL + 20) * len(services) + 40
@@ -64,7 +72,8 @@ def draw(events, t_from, t_to):
     svg.append(f'<text x="10" y="16" font-size="13" font-weight="bold">lockfence history, '
                f'{mode}, seed {start.get("seed")}, {t_from:.0f} to {t_to:.0f} s</text>')
     legend = [(OK, "acknowledged"), (REJECTED, "rejected by the fence"),
-              (REFUSED, "refused (other error)"), (UNKNOWN, "unknown outcome"), ("#d9d9d9", "lock held")]
+              (REFUSED, "refused (other error)"), (UNKNOWN, "unknown outcome"), ("#d9d9d9", "lock held"),
+              (VIOLATION, "acknowledged, but named in a violation by the checker")]
     lx = 10
     for colour, label in legend:
         svg.append(f'<rect x="{lx}" y="24" width="10" height="10" fill="{colour}"/>'
@@ -116,18 +125,19 @@ def draw(events, t_from, t_to):
             err = (e.get("error") or "")[:5]
             colour = (OK if e["type"] == "ok" else UNKNOWN if e["type"] == "info" else
                       REJECTED if err in ("LF001", "LF002", "LF003") else REFUSED)
-            ticks.append((colour != OK, lane[p], colour, x(t0), max(x(e["time"]), x(t0) + 1.2)))
-    svg += [f'<rect x="{x0:.1f}" y="{y + 4}" width="{x1 - x0:.1f}" height="{LANE - 8}" fill="#d9d9d9"/>'
-            for _, y, _, x0, x1 in merge([(False, y, "", x0, x1) for y, x0, x1 in holds])]
+            if e["type"] == "ok" and e["op"] in flagged:
+                colour = VIOLATION
+            ticks.append(([OK, VIOLATION].index(colour) if colour in (OK, VIOLATION) else 1,
+                          lane[p], colour, x(t0), max(x(e["time"]), x(t0) + 1.2)))
+    svg += bars(merge([(0, y + 4, "#d9d9d9", x0, x1) for y, x0, x1 in holds]), LANE - 8)
     # Ticks closer than a pixel merge into one bar, so that a long run stays
-    # a small file; failures are drawn last, on top of the green.
-    svg += [f'<rect x="{x0:.1f}" y="{y + 2}" width="{x1 - x0:.1f}" height="{LANE - 4}" fill="{colour}"/>'
-            for _, y, colour, x0, x1 in merge(ticks)]
+    # a small file; failures and violations are drawn on top of the green.
+    svg += bars(merge([(o, y + 2, c, x0, x1) for o, y, c, x0, x1 in ticks]), LANE - 4)
 
     # token panels
     y0 = top + lanes_h + 30
     for service in services:
-        svg.append(panel(events, service, y0, x, t_from, t_to))
+        svg.append(panel(events, service, y0, x, t_from, t_to, flagged))
         y0 += PANEL + 20
     svg.append(f'<text x="{LEFT}" y="{height - 12}">time (s): {t_from:.0f}'
                f'<tspan x="{WIDTH - 60}">{t_to:.0f}</tspan></text>')
@@ -137,31 +147,40 @@ def draw(events, t_from, t_to):
 
 def merge(bars):
     """Merge bars (order, y, colour, x0, x1) of one lane and colour that
-    overlap or lie within a pixel of each other."""
+    overlap or lie within 1.5 pixels of each other."""
     merged = []
     for bar in sorted(bars):
         last = merged[-1] if merged else None
-        if last and last[:3] == list(bar[:3]) and bar[3] <= last[4] + 1:
+        if last and last[:3] == list(bar[:3]) and bar[3] <= last[4] + 1.5:
             last[4] = max(last[4], bar[4])
         else:
             merged.append(list(bar))
     return merged
 
 
-def thin(pts, x):
-    """Per pixel column keep the first and the last point of a line."""
+def bars(merged, height):
+    """One SVG path per lane and colour, in the order given (later on top)."""
+    paths = {}
+    for order, y, colour, x0, x1 in merged:
+        paths.setdefault((order, y, colour), []).append(
+            f"M{x0:.1f} {y}h{x1 - x0:.1f}v{height}h-{x1 - x0:.1f}z")
+    return [f'<path fill="{colour}" d="{"".join(d)}"/>'
+            for (_, _, colour), d in sorted(paths.items())]
+
+
+def thin(pts):
+    """Drop the points of a line that fall on the same pixel as the last kept."""
     out = []
-    for i, (t, tok) in enumerate(pts):
-        col = round(x(t))
-        if (i == 0 or i == len(pts) - 1 or round(x(pts[i - 1][0])) != col
-                or round(x(pts[i + 1][0])) != col):
-            out.append((t, tok))
+    for p in pts:
+        if not out or p != out[-1]:
+            out.append(p)
     return out
 
 
-def panel(events, service, y0, x, t_from, t_to):
-    """Tokens per resource of one service: acknowledged as lines, rejected as crosses."""
-    points, rejected = {}, []
+def panel(events, service, y0, x, t_from, t_to, flagged):
+    """Tokens per resource of one service: acknowledged as lines, rejected as
+    crosses, acknowledged writes named in a violation as circles."""
+    points, rejected, bad = {}, [], []
     for e in events:
         if (e["f"] not in WRITES or e["type"] not in ("ok", "fail") or "token" not in e
                 or not e["process"].startswith(service + "-") or not t_from <= e["time"] <= t_to):
@@ -169,6 +188,8 @@ def panel(events, service, y0, x, t_from, t_to):
         for res, tok in zip(e["resource"], e["token"]):
             if e["type"] == "ok":
                 points.setdefault(res, []).append((e["time"], tok))
+                if e["op"] in flagged:
+                    bad.append((e["time"], tok))
             elif (e.get("error") or "")[:5] in ("LF001", "LF002", "LF003"):
                 rejected.append((e["time"], tok))
     out = [f'<text x="10" y="{y0 + 12}" font-weight="bold">{service} tokens</text>',
@@ -185,12 +206,15 @@ def panel(events, service, y0, x, t_from, t_to):
                f'<text x="10" y="{y0 + PANEL}" font-size="9">{lo}</text>')
     for i, (res, pts) in enumerate(sorted(points.items())):
         colour = RESOURCE_COLOURS[i % len(RESOURCE_COLOURS)]
-        path = " ".join(f"{x(t):.1f},{y(tok):.1f}" for t, tok in thin(pts, x))
+        path = " ".join(f"{px},{py}" for px, py in thin([(2 * round(x(t) / 2), round(y(tok)))
+                                                           for t, tok in pts]))
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.2">'
                    f'<title>{html.escape(res)}</title></polyline>')
         out.append(f'<text x="{10 + 0}" y="{y0 + 40 + 10 * i}" font-size="9" fill="{colour}">{html.escape(res.split("/", 1)[1])}</text>')
     for t, tok in rejected:
-        out.append(f'<path d="M{x(t) - 3:.1f},{y(tok) - 3:.1f}l6,6m0,-6l-6,6" stroke="{REJECTED}" stroke-width="1.5"/>')
+        out.append(f'<path d="M{x(t) - 3:.0f},{y(tok) - 3:.0f}l6,6m0,-6l-6,6" stroke="{REJECTED}" stroke-width="1.5"/>')
+    for t, tok in bad:
+        out.append(f'<circle cx="{x(t):.0f}" cy="{y(tok):.0f}" r="3.5" fill="none" stroke="{VIOLATION}" stroke-width="1.5"/>')
     return "\n".join(out)
 
 
