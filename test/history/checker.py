@@ -35,7 +35,7 @@ import json
 import os
 import sys
 
-WRITES = ("incr", "counter", "transfer", "append")
+WRITES = ("counter", "transfer", "append")
 
 
 def load(run):

@@ -9,10 +9,10 @@ to four operations under them, each in its own transaction, release.  The
 main process is the nemesis: it injects the faults of a schedule drawn from
 the seed.  Every step is a JSON line in history.jsonl:
 
-  {"time": 12.345678, "process": "etcd-1", "type": "invoke", "f": "incr",
+  {"time": 12.345678, "process": "etcd-1", "type": "invoke", "f": "counter",
    "op": "etcd-1-17", "resource": ["etcd/counter"], "token": [4711],
    "holder": ["hist/etcd/counter/694d8a1b7c2e0f13"]}
-  {"time": 12.351002, "process": "etcd-1", "type": "ok", "f": "incr",
+  {"time": 12.351002, "process": "etcd-1", "type": "ok", "f": "counter",
    "op": "etcd-1-17", ..., "read": [41], "write": [42]}
 
 type is invoke, then ok (committed), fail (certainly not committed: the
@@ -59,7 +59,7 @@ INITIAL_BALANCE = 100
 FAULTS = {
     "etcd-leader-kill": 4,      # SIGKILL the etcd leader, restart it 2 s later
     "etcd-member-stop": 4,      # SIGSTOP one etcd member for 4 s
-    "etcd-member-cut": 5,       # its fault proxy cuts a member off for 5 s
+    "etcd-member-cut": 5,       # the fault proxy cuts a member off for 5 s
     "redis-failover": 3,        # a failover that loses INCRs: tokens regress
     "zk-session-expiry": 5,     # SIGSTOP a ZooKeeper worker past its session
     "worker-pause": 5,          # SIGSTOP an etcd or Redis worker past its TTL
@@ -621,10 +621,21 @@ class Nemesis:
     def etcd_member_cut(self, target):
         i = target % 3
         self.start("etcd-member-cut", f"proxy cuts e{i + 1} off")
-        os.kill(pid_of(f"proxy-e{i + 1}"), signal.SIGUSR1)
-        time.sleep(FAULTS["etcd-member-cut"])
-        os.kill(pid_of(f"proxy-e{i + 1}"), signal.SIGUSR2)
-        return f"e{i + 1} reconnected"
+        with open(f"{DIR}/run/cut", "w") as f:
+            f.write(str(i))
+        os.kill(pid_of("faultproxy"), signal.SIGUSR1)
+        time.sleep(FAULTS["etcd-member-cut"] - 1.5)
+        # cut off from the quorum, the member can no longer serve a
+        # linearizable read: say in the history whether the cut held
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{ETCD_PORTS[i]}/v3/kv/range",
+                                         b'{"key": "eA=="}', method="POST")
+            urllib.request.urlopen(req, timeout=1.5).read()
+            held = "but it still answered a linearizable read"
+        except OSError:
+            held = "its linearizable reads failed"
+        os.kill(pid_of("faultproxy"), signal.SIGUSR2)
+        return f"e{i + 1} reconnected; while cut off {held}"
 
     def redis_failover(self, target):
         """Cut the replica off, let INCRs land on the primary only, kill it,
@@ -706,7 +717,7 @@ def wait_ready():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--minutes", type=float, default=3.5)
+    ap.add_argument("--minutes", type=float, default=2.5)
     ap.add_argument("--min-ok", type=int, default=0,
                     help="go on (up to twice --minutes) until this many operations were acknowledged")
     ap.add_argument("--no-fence", action="store_true", help="self-check: no fence() call, tables unprotected")

@@ -8,7 +8,7 @@
 # (PostgreSQL with lockfence preloaded, a 3-member etcd cluster whose peer
 # links pass through fault proxies, a Redis primary and replica, ZooKeeper),
 # then runs, each followed by the checker:
-#   1. the fenced run: workers and a nemesis (harness.py) for about 3
+#   1. the fenced run: workers and a nemesis (harness.py) for about 2.5
 #      minutes, or --minutes M; it must reach 10,000 acknowledged operations
 #      and every fault kind, with 0 violations;
 #   2. the self-check: the same workloads without the fence, shorter; the
@@ -21,7 +21,7 @@
 #                              (default: the system's PostgreSQL 15)
 #   LOCKFENCE_HISTORY_OUT      keep the results (history, picture) there
 #   LOCKFENCE_HISTORY_NO_BUILD=1   lockfence is already installed
-#   LOCKFENCE_HISTORY_SELFCHECK_MINUTES   length of the self-check (1)
+#   LOCKFENCE_HISTORY_SELFCHECK_MINUTES   length of the self-check (1.5)
 
 # shellcheck disable=SC2317   # cleanup is called through trap
 set -euo pipefail
@@ -34,7 +34,7 @@ die() { printf 'history: %s\n' "$*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "run me as root (servers run as user postgres)"
 
 SEED=
-MINUTES=3
+MINUTES=2.5
 MIN_OK=10000
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -147,12 +147,12 @@ runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$T/pg" -l "$T/postgres.log" -w -t 60
 	die "PostgreSQL did not start"
 
 # --- etcd: 3 members; each advertises its fault proxy as its peer URL ---
+spawn faultproxy "$PY" "$HERE/faultproxy.py" "$T/run/cut" "$X1:$P1" "$X2:$P2" "$X3:$P3"
 CLUSTER="e1=http://127.0.0.1:$X1,e2=http://127.0.0.1:$X2,e3=http://127.0.0.1:$X3"
 i=0
 for m in "$C1 $P1 $X1" "$C2 $P2 $X2" "$C3 $P3 $X3"; do
 	i=$((i + 1))
 	read -r c p x <<<"$m"
-	spawn "proxy-e$i" "$PY" "$HERE/faultproxy.py" "$x" "$p"
 	spawn "etcd-e$i" etcd --name "e$i" --data-dir "$T/etcd-e$i" \
 		--listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
 		--listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$x" \
@@ -209,7 +209,7 @@ echo "history: fenced run took $((SECONDS - start)) s"
 
 start=$SECONDS
 "$PY" "$HERE/harness.py" --seed "$SEED" --no-fence \
-	--minutes "${LOCKFENCE_HISTORY_SELFCHECK_MINUTES:-1}" --out "$T/selfcheck" || status=1
+	--minutes "${LOCKFENCE_HISTORY_SELFCHECK_MINUTES:-1.5}" --out "$T/selfcheck" || status=1
 "$PY" "$HERE/checker.py" "$T/selfcheck" --expect-violations || status=1
 "$PY" "$HERE/timeline.py" "$T/selfcheck" || status=1
 echo "history: self-check took $((SECONDS - start)) s"
