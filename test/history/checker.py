@@ -39,27 +39,29 @@ WRITES = ("counter", "transfer", "append")
 
 
 def load(run):
+    """Stream the history: keep the write operations (their invocation's
+    time and their completion), count the faults; then the final state."""
+    ops, faults, first, last = {}, collections.Counter(), None, 0.0
     with open(os.path.join(run, "history.jsonl")) as f:
-        events = [json.loads(line) for line in f]
-    with open(os.path.join(run, "final.json")) as f:
-        final = json.load(f)
-    return events, final
-
-
-def operations(events):
-    """op id -> {invoke, done} for the write operations."""
-    ops = {}
-    for e in events:
-        if e["f"] not in WRITES:
-            continue
-        if e["type"] == "invoke":
-            ops[e["op"]] = {"invoke": e, "done": None}
-        else:
-            ops[e["op"]]["done"] = e
+        for line in f:
+            e = json.loads(line)
+            first = e["time"] if first is None else first
+            last = e["time"]
+            if e["process"] == "nemesis" and e["type"] == "invoke":
+                faults[e["f"]] += 1
+            if e["f"] not in WRITES:
+                continue
+            if e["type"] == "invoke":
+                keep = ("time", "process", "f", "op", "resource", "token", "holder")
+                ops[e["op"]] = {"invoke": {k: e[k] for k in keep if k in e}, "done": None}
+            else:
+                ops[e["op"]]["done"] = e
     for o in ops.values():          # never completed: the run ended mid-write
         if o["done"] is None:
             o["done"] = dict(o["invoke"], type="info", error="no completion")
-    return ops
+    with open(os.path.join(run, "final.json")) as f:
+        final = json.load(f)
+    return ops, faults, last - (first or 0.0), final
 
 
 def describe(o):
@@ -70,9 +72,8 @@ def describe(o):
 
 
 class Checker:
-    def __init__(self, events, final):
-        self.events, self.final = events, final
-        self.ops = operations(events)
+    def __init__(self, ops, final):
+        self.ops, self.final = ops, final
         self.violations = []
         self.witness = collections.defaultdict(list)     # op -> witness rows
         for seq, op, res, token, holder, read, written in final["witness"]:
@@ -191,20 +192,17 @@ class Checker:
         return self.violations
 
 
-def summary(events, ops, violations, final):
+def summary(ops, faults, span, violations, final):
     done = [o["done"] for o in ops.values()]
     by_type = collections.Counter(d["type"] for d in done)
     rejected = sum(1 for d in done if d["type"] == "fail" and (d.get("error") or "")[:5] in
                    ("LF001", "LF002", "LF003"))
-    faults = collections.Counter(e["f"] for e in events
-                                 if e["process"] == "nemesis" and e["type"] == "invoke")
-    span = events[-1]["time"] - events[0]["time"] if events else 0
     mode = "fenced" if final["fenced"] else "self-check (no fence)"
     return (f"history {mode}: {len(ops)} operations, {by_type['ok']} acknowledged "
             f"({by_type['ok'] / max(span, 1):.0f}/s over {span:.0f} s), {by_type['fail']} failed "
             f"of which {rejected} stale writes rejected by the fence, {by_type['info']} unknown; "
             f"faults: {', '.join(f'{k} {v}' for k, v in sorted(faults.items())) or 'none'}; "
-            f"violations: {len(violations)}"), by_type["ok"], faults
+            f"violations: {len(violations)}"), by_type["ok"]
 
 
 def main():
@@ -215,8 +213,8 @@ def main():
     ap.add_argument("--require-ok", type=int, default=0)
     ap.add_argument("--require-all-faults", action="store_true")
     a = ap.parse_args()
-    events, final = load(a.run)
-    checker = Checker(events, final)
+    ops, faults, span, final = load(a.run)
+    checker = Checker(ops, final)
     violations = checker.run()
     with open(os.path.join(a.run, "violations.txt"), "w") as f:
         f.write("\n".join(violations) + "\n" if violations else "")
@@ -225,7 +223,7 @@ def main():
         print(v)
     if len(shown) < len(violations):
         print(f"... and {len(violations) - len(shown)} more in violations.txt")
-    line, acked, faults = summary(events, checker.ops, violations, final)
+    line, acked = summary(ops, faults, span, violations, final)
     print(line)
     failed = []
     if a.expect_violations and not violations:
