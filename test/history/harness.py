@@ -758,16 +758,20 @@ def main():
 
     nemesis = Nemesis(hist, workers, primary)
     end, hard_end = a.minutes * 60, a.minutes * 60 * 2
+    injected = 0
 
     def done():
+        # the planned length, the minimum count, and every kind of fault once
         t = time.monotonic() - T0
-        return t >= hard_end or (t >= end and ok_count.value >= a.min_ok)
+        return t >= hard_end or (t >= end and ok_count.value >= a.min_ok
+                                 and injected >= min(len(FAULTS), len(plan)))
 
     for at, kind, target in plan:
         while not done() and time.monotonic() - T0 < at:
             time.sleep(0.2)
         if done():
             break
+        injected += 1
         print(f"history: {time.monotonic() - T0:6.1f}s {kind} "
               f"({ok_count.value} acknowledged so far)", flush=True)
         nemesis.inject(kind, target)
