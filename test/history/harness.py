@@ -281,14 +281,14 @@ class RedisLocks:
         while time.monotonic() < deadline:
             try:
                 if self.server().set(f"lock:{resource}", holder, nx=True, px=TTL * 1000):
-                    return self.server().incr(f"fence:{resource}"), holder, holder
+                    return self.server().incr(f"fence:{resource}"), holder, (resource, holder)
             except self.redis.RedisError:
                 self.port = None          # the primary may have changed
             time.sleep(0.01)
         raise TimeoutError(f"lock:{resource} not free within 5 s")
 
-    def release(self, holder_and_resource):
-        holder, resource = holder_and_resource
+    def release(self, handle):
+        resource, holder = handle
         self.server().eval(RELEASE_LUA, 1, f"lock:{resource}", holder)
 
 
@@ -340,8 +340,12 @@ class Worker:
     def run(self, stop):
         logging.disable(logging.CRITICAL)     # kazoo's complaints on session loss
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        self.locks = {"etcd": EtcdLocks, "zk": ZkLocks}.get(self.service)
-        self.locks = self.locks(self) if self.locks else RedisLocks(self, self.primary)
+        if self.service == "etcd":
+            self.locks = EtcdLocks(self)
+        elif self.service == "redis":
+            self.locks = RedisLocks(self, self.primary)
+        else:
+            self.locks = ZkLocks(self)
         while not stop.is_set():
             try:
                 self.pg()
@@ -353,6 +357,7 @@ class Worker:
             picked = sorted(self.rng.sample(names, 2 if workload == "transfer" else 1))
             holds = self.lock_all(picked)
             if holds is None:
+                time.sleep(0.1)              # the lock service may be down
                 continue
             for _ in range(self.rng.randint(1, 4)):
                 if stop.is_set() or not self.operation(workload, holds):
@@ -393,8 +398,7 @@ class Worker:
         error = None
         for h in taken:
             try:
-                handle = (h.holder, h.resource) if self.service == "redis" else h.handle
-                self.locks.release(handle)
+                self.locks.release(h.handle)
             except Exception as e:            # lost already; the lease or key expires
                 error = short(e)
         if not quiet:
