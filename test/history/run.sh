@@ -68,6 +68,7 @@ cleanup() {
 	local rc=$? f
 	trap - EXIT INT TERM
 	set +e
+	[ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
 	for f in "$T"/run/*.pid; do
 		still_ours "$f" || continue
 		kill -CONT "$(cut -d' ' -f1 "$f")" 2>/dev/null
@@ -94,9 +95,19 @@ cleanup() {
 	rm -rf "$T"
 	exit "$rc"
 }
+CHILD=
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# in_background COMMAND...: run a long step so that a signal to this
+# script is handled at once (bash defers traps while a foreground
+# command runs), and the step is stopped with the rest
+in_background() {
+	"$@" &
+	CHILD=$!
+	wait "$CHILD"
+}
 
 # spawn NAME COMMAND...: write $T/run/NAME.sh and start it in the
 # background; harness.py restarts killed servers with the same script.
@@ -199,7 +210,7 @@ cmp -s "$T/plan1" "$T/plan2" || die "the same seed gave two different fault sche
 
 status=0
 start=$SECONDS
-"$PY" "$HERE/harness.py" --seed "$SEED" --minutes "$MINUTES" --min-ok "$MIN_OK" \
+in_background "$PY" "$HERE/harness.py" --seed "$SEED" --minutes "$MINUTES" --min-ok "$MIN_OK" \
 	--out "$T/fenced" || status=1
 cmp -s "$T/plan1" "$T/fenced/schedule.txt" ||
 	{ echo "history: FAILED: the run did not follow the schedule of its seed"; status=1; }
@@ -208,7 +219,7 @@ cmp -s "$T/plan1" "$T/fenced/schedule.txt" ||
 echo "history: fenced run took $((SECONDS - start)) s"
 
 start=$SECONDS
-"$PY" "$HERE/harness.py" --seed "$SEED" --no-fence \
+in_background "$PY" "$HERE/harness.py" --seed "$SEED" --no-fence \
 	--minutes "${LOCKFENCE_HISTORY_SELFCHECK_MINUTES:-1.5}" --out "$T/selfcheck" || status=1
 "$PY" "$HERE/checker.py" "$T/selfcheck" --expect-violations || status=1
 "$PY" "$HERE/timeline.py" "$T/selfcheck" || status=1
