@@ -233,9 +233,7 @@ def main():
     if acked < a.require_ok:
         failed.append(f"only {acked} acknowledged operations, {a.require_ok} required")
     if a.require_all_faults:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from harness import FAULTS
-        missing = sorted(set(FAULTS) - set(faults))
+        missing = sorted(set(final["fault_kinds"]) - set(faults))
         if missing:
             failed.append(f"faults never injected: {', '.join(missing)}")
     for f in failed:

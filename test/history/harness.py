@@ -192,6 +192,7 @@ def dump_final_state(dbname, initial, fenced, out):
     with c:
         state = {
             "fenced": fenced,
+            "fault_kinds": sorted(FAULTS),
             "initial": initial,
             "cells": dict(c.execute("SELECT resource, value FROM hist.cells").fetchall()),
             "witness": [list(r) for r in c.execute(

@@ -29,6 +29,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 PY=/usr/bin/python3
+export PYTHONDONTWRITEBYTECODE=1	# no root-owned __pycache__ in the tree
 die() { printf 'history: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "run me as root (servers run as user postgres)"
