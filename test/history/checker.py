@@ -47,8 +47,8 @@ def load(run):
             e = json.loads(line)
             first = e["time"] if first is None else first
             last = e["time"]
-            if e["process"] == "nemesis" and e["type"] == "invoke":
-                faults[e["f"]] += 1
+            if e["process"] == "nemesis" and e["type"] == "ok":
+                faults[e["f"]] += 1         # a fault injected and healed
             if e["f"] not in WRITES:
                 continue
             if e["type"] == "invoke":

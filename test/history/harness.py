@@ -567,12 +567,12 @@ def etcd_leader():
     """Index (0-2) of the etcd leader, asking any member that answers."""
     for port in ETCD_PORTS:
         try:
-            st = etcd_status(port)
+            leader = etcd_status(port).get("leader")    # absent in an election
         except OSError:
             continue
         for i, p in enumerate(ETCD_PORTS):
             try:
-                if etcd_status(p)["header"]["member_id"] == st["leader"]:
+                if leader and etcd_status(p)["header"]["member_id"] == leader:
                     return i
             except OSError:
                 continue
@@ -598,9 +598,26 @@ class Nemesis:
         self.redis_names = {REDIS_PORTS[0]: "redis-a", REDIS_PORTS[1]: "redis-b"}
 
     def inject(self, kind, target):
-        """Inject one fault and heal it; its band in the history is invoke..ok."""
-        what = getattr(self, kind.replace("-", "_"))(target)
+        """Inject one fault and heal it; its band in the history is invoke..ok
+        (info if the nemesis itself failed: then everything is resumed)."""
+        try:
+            what = getattr(self, kind.replace("-", "_"))(target)
+        except Exception as e:
+            print(f"history: nemesis: {kind} failed: {e!r}", file=sys.stderr)
+            self.heal()
+            self.hist.record("info", kind, error=repr(e))
+            return
         self.hist.record("ok", kind, value=what)
+
+    def heal(self):
+        for name in ("etcd-e1", "etcd-e2", "etcd-e3", "redis-a", "redis-b"):
+            try:
+                os.kill(pid_of(name), signal.SIGCONT)
+            except OSError:
+                pass
+        for _, p in self.workers:
+            os.kill(p.pid, signal.SIGCONT)
+        os.kill(pid_of("faultproxy"), signal.SIGUSR2)
 
     def start(self, kind, what):
         self.hist.record("invoke", kind, value=what)
