@@ -42,6 +42,8 @@ import urllib.request
 
 import psycopg
 
+from workloads import Workloads, create_tables, resources
+
 DIR = os.environ.get("HISTORY_DIR", "")
 PG_BIN = os.environ.get("HISTORY_PG_BIN", "")
 PG_PORT = os.environ.get("HISTORY_PG_PORT", "")
@@ -53,7 +55,6 @@ SERVICES = ("etcd", "redis", "zk")
 WORKERS_PER_SERVICE = 3
 TTL = 3                 # seconds: etcd lease, Redis lock expiry
 ZK_SESSION = 2.0        # seconds: ZooKeeper session timeout
-INITIAL_BALANCE = 100
 
 # How long each fault lasts (seconds), for spacing the schedule.
 FAULTS = {
@@ -67,17 +68,6 @@ FAULTS = {
 }
 
 T0 = time.monotonic()
-
-
-def resources(service):
-    """The resources of one lock service's workers, by workload."""
-    return {"counter": [f"{service}/counter"],
-            "transfer": [f"{service}/acct/{i}" for i in range(4)],
-            "append": [f"{service}/log/{i}" for i in range(2)]}
-
-
-def initial_value(resource):
-    return INITIAL_BALANCE if "/acct/" in resource else 0
 
 
 # ---------------------------------------------------------------------------
@@ -152,31 +142,8 @@ def setup_database(dbname, fenced):
     with psycopg.connect(dsn("postgres"), autocommit=True) as c:
         c.execute(f"DROP DATABASE IF EXISTS {dbname}")
         c.execute(f"CREATE DATABASE {dbname}")
-    cells = [r for s in SERVICES for names in resources(s).values() for r in names]
     with psycopg.connect(dsn(dbname), autocommit=True) as c:
-        c.execute("""
-            CREATE EXTENSION lockfence;
-            CREATE SCHEMA hist;
-            -- one value per resource: a counter, a balance, or an append
-            -- log's head (the number of rows appended so far)
-            CREATE TABLE hist.cells (resource text PRIMARY KEY, value bigint NOT NULL,
-                                     token bigint, holder text);
-            CREATE TABLE hist.log (op text, k int, resource text NOT NULL,
-                                   token bigint, holder text, PRIMARY KEY (op, k));
-            CREATE SEQUENCE hist.commit_order;
-            CREATE TABLE hist.witness (
-                seq bigint NOT NULL DEFAULT nextval('hist.commit_order'),
-                op text, resource text, token bigint, holder text,
-                read bigint, written bigint, PRIMARY KEY (op, resource));
-        """)
-        with c.cursor().copy("COPY hist.cells (resource, value) FROM STDIN") as cp:
-            for r in cells:
-                cp.write_row((r, initial_value(r)))
-        if fenced:
-            for t in ("hist.cells", "hist.log"):
-                c.execute("SELECT lockfence.protect(%s, resource_column => 'resource', "
-                          "token_column => 'token', holder_column => 'holder')", (t,))
-    return {r: initial_value(r) for r in cells}
+        return create_tables(c, SERVICES, fenced)
 
 
 def dump_final_state(dbname, initial, fenced, out):
@@ -324,7 +291,9 @@ class Hold:
         self.resource, self.token, self.holder, self.handle = resource, token, holder, handle
 
 
-class Worker:
+class Worker(Workloads):
+    """A worker process: the loop, the locks, fence(); the writes are in workloads.py."""
+
     def __init__(self, name, service, fenced, dbname, out, seed, primary, ok_count):
         self.name, self.service, self.fenced, self.dbname = name, service, fenced, dbname
         self.rng = random.Random(f"{seed}/{name}")
@@ -452,72 +421,6 @@ class Worker:
             return
         for h in self.rng.sample(holds, len(holds)):
             c.execute("SELECT lockfence.fence(%s, %s, %s)", (h.resource, h.token, h.holder))
-
-    def read(self, resource):
-        return self.conn.execute("SELECT value FROM hist.cells WHERE resource = %s",
-                                 (resource,)).fetchone()[0]
-
-    def write(self, h, value):
-        self.conn.execute("UPDATE hist.cells SET value = %s, token = %s, holder = %s "
-                          "WHERE resource = %s", (value, h.token, h.holder, h.resource))
-
-    def witness(self, op, holds, reads, writes):
-        """Last statement of every transaction: its place in commit order."""
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO hist.witness (op, resource, token, holder, read, written) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                [(op, h.resource, h.token, h.holder, r, w)
-                 for h, r, w in zip(holds, reads, writes)])
-
-    def counter(self, op, holds):
-        self.fence(holds)
-        h = holds[0]
-        v = self.read(h.resource)
-        self.write(h, v + 1)
-        self.witness(op, holds, [v], [v + 1])
-        return {"read": [v], "write": [v + 1]}
-
-    def transfer(self, op, holds):
-        self.fence(holds)
-        amount = self.rng.randint(1, 20)
-        reads = [self.read(h.resource) for h in holds]
-        writes = [reads[0] - amount, reads[1] + amount]
-        for h, v in zip(holds, writes):
-            self.write(h, v)
-        self.witness(op, holds, reads, writes)
-        return {"read": reads, "write": writes, "amount": amount}
-
-    def append(self, op, holds):
-        """Append 1-3 rows to a log through the trigger, then move its head."""
-        self.fence(holds)
-        h = holds[0]
-        n = self.rng.randint(1, 3)
-        method = self.rng.choice(("insert", "update", "merge", "copy"))
-        rows = [(op, k, h.resource, h.token, h.holder) for k in range(n)]
-        c = self.conn
-        if method == "insert":
-            with c.cursor() as cur:
-                cur.executemany("INSERT INTO hist.log VALUES (%s, %s, %s, %s, %s)", rows)
-        elif method == "update":    # rows without a token, then UPDATE sets it
-            with c.cursor() as cur:
-                cur.executemany("INSERT INTO hist.log (op, k, resource) VALUES (%s, %s, %s)",
-                                [r[:3] for r in rows])
-            c.execute("UPDATE hist.log SET token = %s, holder = %s WHERE op = %s",
-                      (h.token, h.holder, op))
-        elif method == "merge":
-            for r in rows:
-                c.execute("MERGE INTO hist.log l USING (SELECT %s::text op, %s::int k) s "
-                          "ON l.op = s.op AND l.k = s.k WHEN NOT MATCHED THEN "
-                          "INSERT VALUES (%s, %s, %s, %s::bigint, %s)", (r[0], r[1]) + r)
-        else:
-            with c.cursor().copy("COPY hist.log FROM STDIN") as cp:
-                for r in rows:
-                    cp.write_row(r)
-        head = self.read(h.resource)
-        self.write(h, head + n)
-        self.witness(op, holds, [head], [head + n])
-        return {"read": [head], "write": [head + n], "rows": n, "method": method}
 
 
 def short(e):
