@@ -13,8 +13,9 @@
 # then, as the postgres user in a scratch copy of the tree: pg_regress
 # (private server), isolation specs (private server), the TAP suites
 # (PostgreSQL, etcd, ... servers started by the tests themselves on
-# 127.0.0.1 free ports).  The end-to-end demonstration runs on 15 only: it
-# exercises the client side (Python, Redis, ZooKeeper) against the
+# 127.0.0.1 free ports).  The end-to-end demonstration and the fault
+# history test (test/history/run.sh) run on 15 only: they
+# exercise the client side (Python, Redis, ZooKeeper) against the
 # extension, which the other suites already cover on every major.  In the
 # chroot, pg_upgrade from 17 to 18 is tested too (test/t/51_pg_upgrade.pl).
 #
@@ -24,7 +25,7 @@
 #
 # For quick iterations:
 #   PG_MAJORS="17"                only these majors (of 15 17 18)
-#   SUITES="regress tap"          only these of: regress isolation tap demo
+#   SUITES="regress tap"          only these of: regress isolation tap demo history
 #   PROVE_TESTS="test/t/20_*.pl"  only these TAP files
 #   PG_CONFIG=/path/to/pg_config  another PostgreSQL installation for the
 #                                 host major; given alone (without
@@ -71,7 +72,7 @@ suite() {
 	fi
 }
 
-SUITES=${SUITES:-regress isolation tap demo}
+SUITES=${SUITES:-regress isolation tap demo history}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
 work=
@@ -132,6 +133,11 @@ run_major() {
 		if [ "$label" = 15 ] && wanted demo && [ -x "$work/demo/run.sh" ]; then
 			suite "[$label] demonstration (demo/run.sh)" \
 				env PG_CONFIG="$pgc" bash "$work/demo/run.sh"
+		fi
+		if [ "$label" = 15 ] && wanted history; then
+			suite "[$label] fault history (test/history/run.sh)" \
+				env PG_CONFIG="$pgc" LOCKFENCE_HISTORY_NO_BUILD=1 \
+				bash "$work/test/history/run.sh"
 		fi
 	fi
 	cleanup_work

@@ -150,7 +150,13 @@ cmp_ok($honest_txns, '>', 100, 'honest transactions ran');
 cmp_ok($stale_txns, '>', 30, 'stale transactions ran');
 
 my $honest_rows = $node->safe_psql('postgres', "SELECT count(*) FROM writes WHERE kind = 'honest'");
-is($honest_txns - $honest_rows, 0, 'wrong rejections: 0 (every honest transaction wrote its row)');
+# A wrong rejection would raise in an honest transaction and abort its
+# client (checked above).  pgbench leaves out of its count the transactions
+# still running when -T expires, which commit all the same: at most one
+# per client more rows than counted transactions.
+cmp_ok($honest_rows, '>=', $honest_txns, 'wrong rejections: 0 (every honest transaction wrote its row)');
+cmp_ok($honest_rows - $honest_txns, '<=', $clients,
+	'... and no more rows than transactions, but for those in flight at the end');
 
 my $stale = $node->safe_psql('postgres', q{
 SELECT count(*) FILTER (WHERE outcome = 'accepted'),
