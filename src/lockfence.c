@@ -36,6 +36,7 @@ _PG_init(void)
 	fence_cache_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
+	lease_wait_init();
 
 	MarkGUCPrefixReserved("lockfence");
 }

@@ -487,14 +487,17 @@ lockfence_metrics_fence_rejected(const char *resource, int64 token,
 								 const FenceOutcome *outcome)
 {
 	bool		conflict = (outcome->verdict == FENCE_HOLDER_CONFLICT);
+	bool		lease_lost = (outcome->verdict == FENCE_LEASE_LOST);
 
 	lockfence_count(conflict ? LFC_REJECTED_HOLDER_CONFLICT :
 					LFC_REJECTED_STALE);
 	if (lf_metrics != NULL)
 		lockfence_remember_rejection(resource, token, outcome->highest);
 
-	lockfence_log_rejection(ERRCODE_LOCKFENCE_STALE_TOKEN,
-							conflict ? "holder_conflict" : "stale_token",
+	lockfence_log_rejection(lease_lost ? ERRCODE_LOCKFENCE_LOCK_LOST :
+							ERRCODE_LOCKFENCE_STALE_TOKEN,
+							conflict ? "holder_conflict" :
+							lease_lost ? "lease_lost" : "stale_token",
 							resource, NULL, true, token,
 							true, outcome->highest,
 							holder, conflict ? outcome->highest_holder : NULL);
