@@ -22,6 +22,7 @@ packages=(
 	python3-psycopg python3-redis python3-kazoo python3-yaml
 	prometheus-postgres-exporter
 	openssl
+	pgbouncer
 )
 
 installed() {
