@@ -55,6 +55,7 @@
 
 #include "lease.h"
 #include "lockfence.h"
+#include "metrics.h"
 
 PG_FUNCTION_INFO_V1(lockfence_lease_acquire);
 PG_FUNCTION_INFO_V1(lockfence_lease_try_acquire);
@@ -79,11 +80,11 @@ typedef enum LeaseStatement
 
 static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	/* LEASE_READ */
-	"SELECT token, lease_expires_at FROM lockfence.fences"
+	"SELECT token, lease_expires_at, accepted_at FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
 
 	/* LEASE_LOCK_FREE: lock a free row for a grant, if nobody holds it */
-	"SELECT token FROM lockfence.fences"
+	"SELECT token, lease_expires_at, accepted_at FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1 AND" LEASE_IS_FREE
 	" FOR NO KEY UPDATE SKIP LOCKED",
 
@@ -97,7 +98,7 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,"
 	" lease_ttl = $4"
 	" WHERE resource OPERATOR(pg_catalog.=) $1 AND" LEASE_IS_FREE
-	" RETURNING token, lease_expires_at",
+	" RETURNING token, lease_expires_at, accepted_at",
 
 	/* LEASE_INSERT: the first token of a name */
 	"INSERT INTO lockfence.fences"
@@ -105,7 +106,7 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" VALUES ($1, 1, pg_catalog.clock_timestamp(), $3,"
 	" pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, $4)"
 	" ON CONFLICT (resource) DO NOTHING"
-	" RETURNING token, lease_expires_at",
+	" RETURNING token, lease_expires_at, accepted_at",
 
 	/* LEASE_RENEW: extend an unexpired lease ($4 NULL: its own TTL) */
 	"UPDATE lockfence.fences"
@@ -115,7 +116,7 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" WHERE resource OPERATOR(pg_catalog.=) $1"
 	" AND token OPERATOR(pg_catalog.=) $2"
 	" AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-	" RETURNING token, lease_expires_at",
+	" RETURNING token, lease_expires_at, accepted_at",
 
 	/* LEASE_RELEASE: -infinity, so that no clock jump revives it */
 	"UPDATE lockfence.fences"
@@ -123,7 +124,7 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" WHERE resource OPERATOR(pg_catalog.=) $1"
 	" AND token OPERATOR(pg_catalog.=) $2"
 	" AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-	" RETURNING token, lease_expires_at",
+	" RETURNING token, lease_expires_at, accepted_at",
 };
 
 static SPIPlanPtr lease_plans[LEASE_NUM_STATEMENTS];
@@ -134,6 +135,7 @@ typedef struct LeaseRow
 	int64		token;
 	bool		leased;			/* lease_expires_at not NULL */
 	TimestampTz expires_at;
+	TimestampTz accepted_at;	/* when the token was granted or fenced */
 } LeaseRow;
 
 typedef enum LeaseAttempt
@@ -191,6 +193,11 @@ lease_execute(LeaseStatement stmt, const char *name, int64 token,
 		d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
 		row->leased = !isnull;
 		row->expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+		if (tupdesc->natts >= 3)
+		{
+			d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+			row->accepted_at = isnull ? 0 : DatumGetTimestampTz(d);
+		}
 	}
 	return SPI_processed;
 }
@@ -271,6 +278,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 {
 	FenceStoreState state;
 	LeaseAttempt result;
+	LeaseRow	prev = {0};
 
 	fence_store_enter(&state);
 	for (;;)
@@ -278,7 +286,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		CHECK_FOR_INTERRUPTS();
 
 		/* Free and nobody in the way: lock it and grant, without waiting. */
-		if (lease_execute(LEASE_LOCK_FREE, name, 0, holder, ttl, false, NULL) == 1)
+		if (lease_execute(LEASE_LOCK_FREE, name, 0, holder, ttl, false, &prev) == 1)
 		{
 			if (lease_execute(LEASE_GRANT, name, 0, holder, ttl, false, row) != 1)
 				elog(ERROR, "lease row for \"%s\" changed while locked", name);
@@ -289,6 +297,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		if (lease_execute(LEASE_READ, name, 0, holder, ttl, false, row) != 1)
 		{
 			/* A new name; a concurrent first grant makes us look again. */
+			prev.leased = false;
 			if (lease_execute(LEASE_INSERT, name, 0, holder, ttl, false, row) == 1)
 			{
 				result = LEASE_ATTEMPT_GRANTED;
@@ -296,6 +305,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 			}
 			continue;
 		}
+		prev = *row;
 
 		if (row->leased && row->expires_at > GetCurrentTimestamp())
 		{
@@ -317,6 +327,12 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		}
 	}
 	fence_store_leave(&state);
+
+	/* The grant ended an expired lease (a released one was counted). */
+	if (result == LEASE_ATTEMPT_GRANTED && prev.leased &&
+		prev.expires_at != DT_NOBEGIN)
+		lockfence_metrics_lease_ended((prev.expires_at - prev.accepted_at) / 1e6,
+									  true);
 	return result;
 }
 
@@ -366,35 +382,14 @@ lease_result(FunctionCallInfo fcinfo, const LeaseRow *row)
 }
 
 /*
- * lockfence.lease_acquire(name text, ttl interval, holder text DEFAULT NULL,
- *						   wait_timeout interval DEFAULT NULL,
- *						   OUT token bigint, OUT expires_at timestamptz)
- *
- * Take the lease, waiting while it is held (NULL wait_timeout: as long as
- * it takes).  A wait that outlasts wait_timeout fails with 55P03.
+ * Wait for name until granted; deadline 0 is forever.  A wait that
+ * outlasts the deadline fails with 55P03.
  */
-Datum
-lockfence_lease_acquire(PG_FUNCTION_ARGS)
+static void
+lease_acquire_waiting(const char *name, const char *holder, Datum ttl,
+					  TimestampTz deadline, LeaseRow *rowp)
 {
-	char	   *name;
-	Datum		ttl;
-	char	   *holder;
-	TimestampTz started = GetCurrentTimestamp();
-	TimestampTz deadline = 0;
 	LeaseRow	row;
-
-	lease_acquire_args(fcinfo, &name, &ttl, &holder);
-	if (!PG_ARGISNULL(3))
-	{
-		double		usecs = interval_usecs(PG_GETARG_INTERVAL_P(3));
-
-		if (usecs < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("lease wait_timeout must not be negative")));
-		/* 0 is "now"; deadline 0 would mean "forever" */
-		deadline = started + (TimestampTz) Min(usecs, (double) PG_INT64_MAX / 4) + 1;
-	}
 
 	lease_wait_prepare(name);
 	for (;;)
@@ -425,6 +420,53 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	}
 	lease_wait_done();
 
+	*rowp = row;
+}
+
+/*
+ * lockfence.lease_acquire(name text, ttl interval, holder text DEFAULT NULL,
+ *						   wait_timeout interval DEFAULT NULL,
+ *						   OUT token bigint, OUT expires_at timestamptz)
+ *
+ * Take the lease, waiting while it is held (NULL wait_timeout: as long as
+ * it takes).  A wait that outlasts wait_timeout fails with 55P03.
+ */
+Datum
+lockfence_lease_acquire(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	Datum		ttl;
+	char	   *holder;
+	TimestampTz started = GetCurrentTimestamp();
+	TimestampTz deadline = 0;
+	LeaseRow	row;
+
+	lease_acquire_args(fcinfo, &name, &ttl, &holder);
+	if (!PG_ARGISNULL(3))
+	{
+		double		usecs = interval_usecs(PG_GETARG_INTERVAL_P(3));
+
+		if (usecs < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lease wait_timeout must not be negative")));
+		/* 0 is "now"; deadline 0 would mean "forever" */
+		deadline = started + (TimestampTz) Min(usecs, (double) PG_INT64_MAX / 4) + 1;
+	}
+
+	/* Count every acquisition that ends in an error (timeout, cancel). */
+	PG_TRY();
+	{
+		lease_acquire_waiting(name, holder, ttl, deadline, &row);
+	}
+	PG_CATCH();
+	{
+		lockfence_metrics_lease_acquire_failed();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);
 }
 
@@ -442,10 +484,12 @@ lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 	Datum		ttl;
 	char	   *holder;
 	LeaseRow	row;
+	TimestampTz started = GetCurrentTimestamp();
 
 	lease_acquire_args(fcinfo, &name, &ttl, &holder);
 	if (lease_attempt(name, holder, ttl, false, 0, &row) != LEASE_ATTEMPT_GRANTED)
 		PG_RETURN_NULL();
+	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);
 }
 
@@ -557,15 +601,20 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	int64		token;
 	FenceStoreState state;
 	bool		released;
+	LeaseRow	row;
 
 	lease_token_args(fcinfo, &name, &token);
 
 	fence_store_enter(&state);
 	released = lease_execute(LEASE_RELEASE, name, token, NULL, (Datum) 0,
-							 true, NULL) == 1;
+							 true, &row) == 1;
 	fence_store_leave(&state);
 
 	if (released)
+	{
 		lease_wait_announce_at_commit(name);
+		lockfence_metrics_lease_ended((GetCurrentTimestamp() - row.accepted_at) / 1e6,
+									  false);
+	}
 	PG_RETURN_BOOL(released);
 }

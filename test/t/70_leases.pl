@@ -170,6 +170,24 @@ my $order = $node->safe_psql('postgres', q{
 is($order, "a$ta b$tb a$tc a$tc b$td",
 	'commit order: a, b, a (including its late write), b');
 
+# --- metrics ------------------------------------------------------------------
+
+my %m = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+	"SELECT name, value FROM lockfence.metrics WHERE name LIKE 'lease%' OR name LIKE 'fence_rejected_lease%'");
+# Grants: wake 1, 2; job a, b, a, b.  Errors: the cancelled wait, the
+# statement_timeout, and the wait_timeout behind the paused transaction.
+is($m{lease_acquire_total}, 6, 'lease_acquire_total counts the grants');
+is($m{lease_acquire_error_total}, 3,
+	'lease_acquire_error_total counts cancel, statement_timeout and wait_timeout');
+is($m{lease_expired_taken_over_total}, 2,
+	'lease_expired_taken_over_total counts the two expired leases taken over');
+is($node->safe_psql('postgres',
+	"SELECT count FROM lockfence.histograms WHERE name = 'lease_hold_duration_seconds'"),
+	'5', 'lease_hold_duration_seconds: 3 releases and 2 expiries');
+is($node->safe_psql('postgres',
+	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
+	'6', 'lease_acquire_duration_seconds: one observation per grant');
+
 # --- tokens only grow, across a crash ----------------------------------------
 
 $_->quit for ($holder, $waiter, $a, $b);
