@@ -211,25 +211,32 @@ interval_usecs(const Interval *i)
 }
 
 /*
- * Grant name, waiting for the transactions that hold its fence row (those
- * that fenced with the expired token, or a competing grant).  Runs in an
- * internal subtransaction kept only when the grant succeeded.  With a
- * deadline, the wait is bounded by lock_timeout (SQLSTATE 55P03).
+ * Grant name, which was seen free, in an internal subtransaction kept only
+ * when the grant succeeded.  Every statement that locks the fence row runs
+ * in it: a locking statement that finds the row updated since its snapshot
+ * locks the newest version before re-checking its WHERE clause, and keeps
+ * that lock when the re-check fails (even with SKIP LOCKED).  Such a stray
+ * lock, kept while we sleep, would block the new holder's fence, renewal
+ * and release.
+ *
+ * With wait, the grant waits for the transactions that hold the row (those
+ * that fenced with the expired token, or a competing grant), bounded by the
+ * deadline through lock_timeout (SQLSTATE 55P03).  Without, it never waits.
  */
 static bool
-lease_grant_waiting(const char *name, const char *holder, Datum ttl,
-					TimestampTz deadline, LeaseRow *row)
+lease_grant(const char *name, const char *holder, Datum ttl, bool wait,
+			TimestampTz deadline, LeaseRow *prev, LeaseRow *row)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		granted = false;
+	volatile bool granted = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 
 	PG_TRY();
 	{
-		if (deadline != 0)
+		if (wait && deadline != 0)
 		{
 			long		ms = (deadline - GetCurrentTimestamp()) / 1000;
 			char		buf[32];
@@ -240,8 +247,16 @@ lease_grant_waiting(const char *name, const char *holder, Datum ttl,
 									 PGC_S_SESSION, GUC_ACTION_SAVE, true,
 									 0, false);
 		}
-		granted = lease_execute(LEASE_GRANT, name, 0, holder, ttl, false,
-								row) == 1;
+		if (wait)
+			granted = lease_execute(LEASE_GRANT, name, 0, holder, ttl, false,
+									row) == 1;
+		else if (lease_execute(LEASE_LOCK_FREE, name, 0, holder, ttl, false,
+							   prev) == 1)
+		{
+			if (lease_execute(LEASE_GRANT, name, 0, holder, ttl, false, row) != 1)
+				elog(ERROR, "lease row for \"%s\" changed while locked", name);
+			granted = true;
+		}
 	}
 	PG_CATCH();
 	{
@@ -270,7 +285,8 @@ lease_grant_waiting(const char *name, const char *holder, Datum ttl,
 /*
  * One attempt to take name.  Without wait, a free lease whose row is
  * locked is reported LOCKED rather than waited for.  A held lease is
- * reported HELD with its row in *row (for its expiry).
+ * reported HELD with its row in *row (for its expiry).  Only lease_grant
+ * locks the row, so a failed attempt leaves no lock behind.
  */
 static LeaseAttempt
 lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
@@ -284,15 +300,6 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-
-		/* Free and nobody in the way: lock it and grant, without waiting. */
-		if (lease_execute(LEASE_LOCK_FREE, name, 0, holder, ttl, false, &prev) == 1)
-		{
-			if (lease_execute(LEASE_GRANT, name, 0, holder, ttl, false, row) != 1)
-				elog(ERROR, "lease row for \"%s\" changed while locked", name);
-			result = LEASE_ATTEMPT_GRANTED;
-			break;
-		}
 
 		if (lease_execute(LEASE_READ, name, 0, holder, ttl, false, row) != 1)
 		{
@@ -313,16 +320,16 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 			break;
 		}
 
-		/* Free, but its row is locked: by a fencer of the old token, a
-		 * renewal about to fail, or a competing grant. */
-		if (!wait)
-		{
-			result = LEASE_ATTEMPT_LOCKED;
-			break;
-		}
-		if (lease_grant_waiting(name, holder, ttl, deadline, row))
+		/* Free as far as our snapshot sees. */
+		if (lease_grant(name, holder, ttl, wait, deadline, &prev, row))
 		{
 			result = LEASE_ATTEMPT_GRANTED;
+			break;
+		}
+		if (!wait)
+		{
+			/* locked (by a fencer of the old token, a competing grant) */
+			result = LEASE_ATTEMPT_LOCKED;
 			break;
 		}
 	}

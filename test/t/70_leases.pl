@@ -16,6 +16,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use IPC::Run;
 
 use LockfenceTest::EtcdCluster;    # session helpers only; no etcd here
 
@@ -170,23 +171,48 @@ my $order = $node->safe_psql('postgres', q{
 is($order, "a$ta b$tb a$tc a$tc b$td",
 	'commit order: a, b, a (including its late write), b');
 
+# --- 8 sessions contending -----------------------------------------------------
+
+# Each pgbench transaction acquires the lease (TTL 10 s) and releases it;
+# a release that fails (its lease was not held to the end) divides by
+# zero, which aborts the run.  A failed attempt must leave no row lock
+# behind: one that did would block the holder's release until the TTL.
+my $script = PostgreSQL::Test::Utils::tempdir . '/contend.sql';
+PostgreSQL::Test::Utils::append_to_file($script, q{
+SELECT token FROM lockfence.lease_acquire('hot', '10 s') \gset
+SELECT 1 / (lockfence.lease_release('hot', :token))::int;
+});
+my ($pgb_out, $pgb_err) = ('', '');
+my $pgb_ok = IPC::Run::run(
+	[ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', '3', '-f', $script,
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$pgb_out, '2>', \$pgb_err);
+ok($pgb_ok, '8 sessions: every release of a granted lease succeeds')
+  or diag($pgb_out, $pgb_err);
+my ($ntx) = $pgb_out =~ /number of transactions actually processed: (\d+)/;
+note("8 sessions, 3 s: $ntx grants");
+my $hot = $node->safe_psql('postgres',
+	"SELECT token FROM lockfence.fences WHERE resource = 'hot'");
+is($hot, $ntx, 'one token per grant, none skipped or repeated');
+ok($ntx > 8, 'hand-on is not bound to the TTL');
+
 # --- metrics ------------------------------------------------------------------
 
 my %m = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
 	"SELECT name, value FROM lockfence.metrics WHERE name LIKE 'lease%' OR name LIKE 'fence_rejected_lease%'");
-# Grants: wake 1, 2; job a, b, a, b.  Errors: the cancelled wait, the
+# Grants: wake 1, 2; job a, b, a, b; hot: $ntx.  Errors: the cancelled wait, the
 # statement_timeout, and the wait_timeout behind the paused transaction.
-is($m{lease_acquire_total}, 6, 'lease_acquire_total counts the grants');
+is($m{lease_acquire_total}, 6 + $ntx, 'lease_acquire_total counts the grants');
 is($m{lease_acquire_error_total}, 3,
 	'lease_acquire_error_total counts cancel, statement_timeout and wait_timeout');
 is($m{lease_expired_taken_over_total}, 2,
 	'lease_expired_taken_over_total counts the two expired leases taken over');
 is($node->safe_psql('postgres',
 	"SELECT count FROM lockfence.histograms WHERE name = 'lease_hold_duration_seconds'"),
-	'5', 'lease_hold_duration_seconds: 3 releases and 2 expiries');
+	3 + 2 + $ntx, 'lease_hold_duration_seconds: every release and expiry');
 is($node->safe_psql('postgres',
 	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
-	'6', 'lease_acquire_duration_seconds: one observation per grant');
+	6 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
 
 # --- tokens only grow, across a crash ----------------------------------------
 
