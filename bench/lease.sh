@@ -159,7 +159,7 @@ rounds() {
 		ratios=$(for ((r = 0; r < ROUNDS; r++)); do
 			awk -v a="${T[${vs[0]},$r]}" -v b="${T[$v,$r]}" 'BEGIN {print b / a}'; done)
 		printf '  time per cycle, %s / %s: median %.2fx (rounds %s)\n' "${vs[0]}" "$v" \
-			"$(echo "$ratios" | median)" "$(echo "$ratios" | sort -g | awk '{printf "%s%.2f", NR>1?" ":"", $1}')"
+			"$(echo "$ratios" | median)" "$(echo "$ratios" | sort -g | awk '{printf "%s%.2f", (NR > 1 ? " " : ""), $1}')"
 	done
 }
 
