@@ -283,6 +283,50 @@ lease_grant(const char *name, const char *holder, Datum ttl, bool wait,
 }
 
 /*
+ * Run a renewal or release, which may wait for the fence row, in an
+ * internal subtransaction kept only when it updated the row: when its
+ * re-check after the wait fails (the lease was taken over meanwhile) the
+ * lock it got on the newest version must not outlive the call.
+ */
+static bool
+lease_update_sub(LeaseStatement stmt, const char *name, int64 token,
+				 Datum ttl, bool ttl_null, LeaseRow *row)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool done = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+
+	PG_TRY();
+	{
+		done = lease_execute(stmt, name, token, NULL, ttl, ttl_null, row) == 1;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (done)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	return done;
+}
+
+/*
  * One attempt to take name.  Without wait, a free lease whose row is
  * locked is reported LOCKED rather than waited for.  A held lease is
  * reported HELD with its row in *row (for its expiry).  Only lease_grant
@@ -581,9 +625,9 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 				 errmsg("lease ttl must be positive")));
 
 	fence_store_enter(&state);
-	renewed = lease_execute(LEASE_RENEW, name, token, NULL,
-							PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2),
-							PG_ARGISNULL(2), &row) == 1;
+	renewed = lease_update_sub(LEASE_RENEW, name, token,
+							   PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2),
+							   PG_ARGISNULL(2), &row);
 	if (!renewed)
 		found = lease_execute(LEASE_READ, name, 0, NULL, (Datum) 0, true,
 							  &row) == 1;
@@ -613,8 +657,8 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	lease_token_args(fcinfo, &name, &token);
 
 	fence_store_enter(&state);
-	released = lease_execute(LEASE_RELEASE, name, token, NULL, (Datum) 0,
-							 true, &row) == 1;
+	released = lease_update_sub(LEASE_RELEASE, name, token, (Datum) 0, true,
+								&row);
 	fence_store_leave(&state);
 
 	if (released)
