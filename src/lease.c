@@ -28,10 +28,12 @@
  * The clock is the server's (clock_timestamp()); it decides only when a
  * lease is free, never whether two holders' writes may interleave.
  *
- * Statements that may wait for a row lock run in an internal
- * subtransaction rolled back when they come back empty, so that a grant
- * that lost a race leaves no row lock behind (see fence_store.c for why
- * a waiting statement may keep one).
+ * Every statement that locks the fence row runs in an internal
+ * subtransaction rolled back when it comes back empty: a locking statement
+ * that meets a version newer than its snapshot locks that version before
+ * re-checking its WHERE clause and keeps the lock when the re-check fails
+ * (even with SKIP LOCKED), and such a lock, kept while a waiter sleeps,
+ * would block the holder's fence, renewal and release until the TTL.
  *
  * IDENTIFICATION
  *	  src/lease.c
