@@ -313,7 +313,73 @@ def pause_scenario(sc, holder_target, waiter_target, work_seconds=4.0):
 
 
 # ---------------------------------------------------------------------------
-# Scenario 1: etcd through lockfence.etcd_lock
+# Scenario 1: leases kept in PostgreSQL itself (no lock service at all)
+# ---------------------------------------------------------------------------
+
+LEASE = "lease/report"
+
+LEASE_SQL = ("SELECT token, expires_at FROM lockfence.lease_acquire(%s, %s::interval, "
+             "holder => %s, wait_timeout => %s::interval)")
+
+
+def lease_holder(sc, who, send, work_seconds):
+    conn = connect()
+    token, expires = conn.execute(LEASE_SQL, (LEASE, "2 s", who, "30 s")).fetchone()
+    sc.log(who, f"lockfence.lease_acquire('{LEASE}', '2 s', holder => '{who}') -> "
+           f"token {token}, leader until {expires:%H:%M:%S.%f}"[:-3])
+    sc.log(who, f"works for {work_seconds:.0f} s before writing; it does not renew")
+    work_until = time.monotonic() + work_seconds
+    send("acquired", {"token": token})
+    time.sleep(max(0.0, work_until - time.monotonic()))
+    sc.log(who, "resumed; it still believes it is the leader and writes")
+    send("wrote", write(sc, conn, who, LEASE, token, "report by worker-A",
+                        fence_holder=True))
+    try:
+        conn.execute("SELECT lockfence.lease_renew(%s, %s)", (LEASE, token))
+        renewed = True
+        sc.log(who, f"lockfence.lease_renew('{LEASE}', {token}) -> renewed")
+    except psycopg.Error as e:
+        renewed = False
+        sc.log(who, f"lockfence.lease_renew('{LEASE}', {token}) -> {e.sqlstate}: "
+               f"{e.diag.message_primary}")
+    conn.close()
+    send("done", {"renewed": renewed})
+
+
+def lease_waiter(sc, who, send):
+    conn = connect()
+    sc.log(who, f"lockfence.lease_acquire('{LEASE}', '10 s', holder => '{who}'): waits")
+    token, _ = conn.execute(LEASE_SQL, (LEASE, "10 s", who, "30 s")).fetchone()
+    sc.log(who, f"leader once worker-A's lease expired -> token {token}")
+    send("wrote", write(sc, conn, who, LEASE, token, "report by worker-B",
+                        fence_holder=True))
+    released = conn.execute("SELECT lockfence.lease_release(%s, %s)",
+                            (LEASE, token)).fetchone()[0]
+    sc.log(who, f"lockfence.lease_release('{LEASE}', {token}) -> {released}")
+    conn.close()
+    send("done")
+
+
+def scenario_lease(sc):
+    with connect() as conn:
+        if conn.execute("SELECT to_regproc('lockfence.lease_acquire')").fetchone()[0] is None:
+            sc.fail("lockfence.lease_acquire() is not in this build of lockfence")
+            return
+    sc.note("the lease lives in PostgreSQL: its token is the fence's token; "
+            "holder = the worker's name")
+    try:
+        a_done, _ = pause_scenario(sc, lease_holder, lease_waiter)
+        sc.checks += 1
+        if a_done["renewed"] is False:
+            sc.log("check", "ok: worker-A's renewal failed: its lease was taken over")
+        else:
+            sc.fail("worker-A renewed a lease that had been taken over")
+    finally:
+        sc.reap()
+
+
+# ---------------------------------------------------------------------------
+# Scenario 2: etcd through lockfence.etcd_lock
 # ---------------------------------------------------------------------------
 
 ETCD_LOCK = "demo-report-lock"
@@ -381,7 +447,7 @@ def scenario_etcd(sc):
 
 
 # ---------------------------------------------------------------------------
-# Scenario 2: Redis failover makes the INCR token go backwards
+# Scenario 3: Redis failover makes the INCR token go backwards
 # ---------------------------------------------------------------------------
 
 REDIS_LOCK = "lock:redis/report"
@@ -504,7 +570,7 @@ def scenario_redis(sc):
 
 
 # ---------------------------------------------------------------------------
-# Scenario 3: ZooKeeper lock recipe, session expiry
+# Scenario 4: ZooKeeper lock recipe, session expiry
 # ---------------------------------------------------------------------------
 
 ZK_LOCK = "/demo/locks/report"
@@ -643,9 +709,11 @@ def compare_metrics(conn):
 
 SCENARIOS = {
     0: ("PostgreSQL alone: the fence trigger on a protected table", scenario_pg),
-    1: ("etcd: the holder pauses past its lease (lockfence.etcd_lock)", scenario_etcd),
-    2: ("Redis: a failover hands out a token that went backwards", scenario_redis),
-    3: ("ZooKeeper: the holder's session expires while it is paused", scenario_zk),
+    1: ("PostgreSQL leases: the leader pauses past its lease (lockfence.lease_acquire)",
+        scenario_lease),
+    2: ("etcd: the holder pauses past its lease (lockfence.etcd_lock)", scenario_etcd),
+    3: ("Redis: a failover hands out a token that went backwards", scenario_redis),
+    4: ("ZooKeeper: the holder's session expires while it is paused", scenario_zk),
 }
 
 

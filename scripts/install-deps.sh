@@ -25,6 +25,7 @@ packages=(
 	pgbouncer
 	patroni python3-etcd
 	openssl
+	pgbouncer
 )
 
 installed() {

@@ -23,6 +23,7 @@
 
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "lockfence.h"
 #include "metrics.h"
@@ -91,7 +92,18 @@ lockfence_report_rejection(const char *resource, int64 token,
 						   const char *holder, const FenceOutcome *outcome)
 {
 	Assert(outcome->verdict == FENCE_STALE ||
-		   outcome->verdict == FENCE_HOLDER_CONFLICT);
+		   outcome->verdict == FENCE_HOLDER_CONFLICT ||
+		   outcome->verdict == FENCE_LEASE_LOST);
+
+	if (outcome->verdict == FENCE_LEASE_LOST)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("lease for resource \"%s\" is no longer held", resource),
+				 outcome->lease_expires_at == DT_NOBEGIN ?
+				 errdetail("The lease of token " INT64_FORMAT " was released.", token) :
+				 errdetail("The lease of token " INT64_FORMAT " expired at %s.",
+						   token, timestamptz_to_str(outcome->lease_expires_at)),
+				 errhint("The lock protecting this resource was lost; acquire the lease again to get a new token.")));
 
 	if (outcome->verdict == FENCE_HOLDER_CONFLICT)
 		ereport(ERROR,
@@ -164,6 +176,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 			break;
 		case FENCE_STALE:
 		case FENCE_HOLDER_CONFLICT:
+		case FENCE_LEASE_LOST:
 			lockfence_metrics_fence_rejected(resource, token, holder, outcome);
 			break;
 		case FENCE_NOT_ADVANCED:

@@ -40,6 +40,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "lockfence.h"
 
@@ -47,6 +48,22 @@
 #define Anum_fences_resource	1
 #define Anum_fences_token		2
 #define Anum_fences_holder		4
+
+/*
+ * Is the row's token a lease token whose lease expired or was released?
+ * Then it is not ours to accept: the SPI path judges it (lock lost).
+ */
+static bool
+fence_fastpath_lease_over(TupleTableSlot *slot, AttrNumber lease_attnum)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (lease_attnum == InvalidAttrNumber)
+		return false;
+	d = slot_getattr(slot, lease_attnum, &isnull);
+	return !isnull && DatumGetTimestampTz(d) <= GetCurrentTimestamp();
+}
 
 /*
  * Share-lock the fence row of resource if it records exactly token, from
@@ -68,6 +85,7 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 	ScanKeyData key;
 	TupleTableSlot *slot;
 	bool		accepted = false;
+	AttrNumber	lease_attnum;
 
 	nspid = get_namespace_oid("lockfence", true);
 	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
@@ -84,6 +102,8 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 		return false;
 	}
 	index = index_open(indexid, AccessShareLock);
+	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
+	lease_attnum = get_attnum(relid, "lease_expires_at");
 
 	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
@@ -110,7 +130,8 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 
 		if (recorded == token &&
 			(recorded_holder == NULL || holder == NULL ||
-			 strcmp(recorded_holder, holder) == 0))
+			 strcmp(recorded_holder, holder) == 0) &&
+			!fence_fastpath_lease_over(slot, lease_attnum))
 		{
 			ItemPointerData tid = slot->tts_tid;
 			TM_FailureData tmfd;

@@ -57,6 +57,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/timestamp.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
@@ -76,17 +77,30 @@ typedef enum FenceStatement
 	FENCE_NUM_STATEMENTS
 } FenceStatement;
 
+/*
+ * Leases (lease.c) keep a lease's expiry in the fence row, from version 1.2
+ * of the SQL on: an equal token whose lease expired or was released is
+ * lock lost.  The statements come in two variants, with and without the
+ * lease columns, because the library may run against an older schema
+ * until ALTER EXTENSION UPDATE (no lease exists there).
+ */
+#define FENCE_LEASE_COLUMN(l)	((l) ? "lease_expires_at" : "NULL::pg_catalog.timestamptz")
+#define FENCE_LEASE_UNEXPIRED(l) \
+	((l) ? " AND (lease_expires_at IS NULL" \
+	 " OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())" : "")
+#define FENCE_LEASE_CLEAR(l)	((l) ? ", lease_expires_at = NULL, lease_ttl = NULL" : "")
+
 #define FENCE_SHARE_EQUAL_SQL \
-	"SELECT token, holder FROM lockfence.fences" \
+	"SELECT token, holder, %s FROM lockfence.fences" \
 	" WHERE resource OPERATOR(pg_catalog.=) $1" \
 	" AND token OPERATOR(pg_catalog.=) $2" \
 	" AND (holder IS NULL OR $3 IS NULL OR holder OPERATOR(pg_catalog.=) $3)" \
-	" FOR SHARE"
+	"%s FOR SHARE"
 
 #define FENCE_RAISE_SQL \
 	"UPDATE lockfence.fences" \
 	" SET token = $2, accepted_at = pg_catalog.statement_timestamp()," \
-	" holder = $3" \
+	" holder = $3%s" \
 	" WHERE resource OPERATOR(pg_catalog.=) $1" \
 	" AND token OPERATOR(pg_catalog.<) $2" \
 	" RETURNING token"
@@ -98,7 +112,7 @@ static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
 	FENCE_SHARE_EQUAL_SQL,
 
 	/* FENCE_READ */
-	"SELECT token, holder FROM lockfence.fences"
+	"SELECT token, holder, %s FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
 
 	/* FENCE_LOCK_LOWER: lock the row for an advance, if nobody holds it */
@@ -106,7 +120,7 @@ static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
 	" WHERE resource OPERATOR(pg_catalog.=) $1"
 	" AND token OPERATOR(pg_catalog.<) $2"
 	" FOR NO KEY UPDATE SKIP LOCKED",
-	/* FENCE_RAISE: advance a row locked by FENCE_LOCK_LOWER */
+	/* FENCE_RAISE: advance a row locked by FENCE_LOCK_LOWER (ends a lease) */
 	FENCE_RAISE_SQL,
 	/* FENCE_RAISE_WAIT: advance, waiting for the row's lockers */
 	FENCE_RAISE_SQL,
@@ -123,7 +137,11 @@ static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
 	" RETURNING token",
 };
 
-static SPIPlanPtr fence_plans[FENCE_NUM_STATEMENTS];
+/* Saved plans, without [0] and with [1] the lease columns. */
+static SPIPlanPtr fence_plans[2][FENCE_NUM_STATEMENTS];
+
+/* Does lockfence.fences have the lease columns?  Set by fence_store_enter. */
+static bool fence_has_leases = false;
 
 /*
  * The owner of lockfence.fences, as whom the statements run.  Looked up on
@@ -147,7 +165,32 @@ fence_table_owner(void)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
+	fence_has_leases = get_attnum(relid, "lease_expires_at") != InvalidAttrNumber;
 	return owner;
+}
+
+/*
+ * The text of a statement, for the schema's lease columns (or their lack).
+ */
+static char *
+fence_statement_text(FenceStatement stmt)
+{
+	bool		l = fence_has_leases;
+
+	switch (stmt)
+	{
+		case FENCE_SHARE_EQUAL:
+		case FENCE_SHARE_EQUAL_WAIT:
+			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l),
+							FENCE_LEASE_UNEXPIRED(l));
+		case FENCE_READ:
+			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l));
+		case FENCE_RAISE:
+		case FENCE_RAISE_WAIT:
+			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_CLEAR(l));
+		default:
+			return pstrdup(fence_statement_sql[stmt]);
+	}
 }
 
 /*
@@ -164,9 +207,11 @@ fence_execute(FenceStatement stmt, const char *resource, int64 token,
 	char		nulls[3] = {' ', ' ', ' '};
 	int			rc;
 
-	if (fence_plans[stmt] == NULL)
+	SPIPlanPtr *planp = &fence_plans[fence_has_leases ? 1 : 0][stmt];
+
+	if (*planp == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(fence_statement_sql[stmt], 3,
+		SPIPlanPtr	plan = SPI_prepare(fence_statement_text(stmt), 3,
 									   (Oid *) argtypes);
 
 		if (plan == NULL)
@@ -174,7 +219,7 @@ fence_execute(FenceStatement stmt, const char *resource, int64 token,
 				 (int) stmt, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		fence_plans[stmt] = plan;
+		*planp = plan;
 	}
 
 	values[0] = CStringGetTextDatum(resource);
@@ -187,7 +232,7 @@ fence_execute(FenceStatement stmt, const char *resource, int64 token,
 		nulls[2] = 'n';
 	}
 
-	rc = SPI_execute_plan(fence_plans[stmt], values, nulls, false, 0);
+	rc = SPI_execute_plan(*planp, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
@@ -210,6 +255,9 @@ fence_fetch_row(FenceOutcome *outcome, MemoryContext callercxt)
 	d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
 	outcome->highest_holder = isnull ? NULL :
 		MemoryContextStrdup(callercxt, TextDatumGetCString(d));
+	d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+	outcome->leased = !isnull;
+	outcome->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 static bool
@@ -235,6 +283,9 @@ fence_judge(FenceOutcome *outcome, int64 token, const char *holder,
 		outcome->verdict = FENCE_HOLDER_CONFLICT;
 	else if (token == outcome->highest && must_advance)
 		outcome->verdict = FENCE_NOT_ADVANCED;
+	else if (token == outcome->highest && outcome->leased &&
+			 outcome->lease_expires_at <= GetCurrentTimestamp())
+		outcome->verdict = FENCE_LEASE_LOST;
 	else
 		outcome->verdict = FENCE_ACCEPTED;
 }
@@ -244,13 +295,7 @@ fence_judge(FenceOutcome *outcome, int64 token, const char *holder,
  * An error between enter and leave needs no cleanup here: transaction
  * abort restores the user id and closes SPI.
  */
-typedef struct FenceStoreState
-{
-	Oid			save_userid;
-	int			save_sec_context;
-} FenceStoreState;
-
-static void
+void
 fence_store_enter(FenceStoreState *state)
 {
 	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
@@ -262,7 +307,7 @@ fence_store_enter(FenceStoreState *state)
 		elog(ERROR, "SPI_connect failed");
 }
 
-static void
+void
 fence_store_leave(FenceStoreState *state)
 {
 	SPI_finish();
@@ -325,6 +370,7 @@ fence_accept_advance(FenceOutcome *outcome, int64 token, const char *holder,
 	outcome->highest = token;
 	outcome->highest_holder = holder ?
 		MemoryContextStrdup(callercxt, holder) : NULL;
+	outcome->leased = false;
 }
 
 /*

@@ -478,6 +478,7 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 				break;
 			case FENCE_STALE:
 			case FENCE_HOLDER_CONFLICT:
+			case FENCE_LEASE_LOST:
 				lockfence_report_rejection(resource, token, holder, &outcome);
 				break;
 		}

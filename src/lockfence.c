@@ -37,6 +37,7 @@ _PG_init(void)
 	lockfence_metrics_init();
 	lockfence_etcd_init();
 	lockfence_check_init();
+	lease_wait_init();
 
 	MarkGUCPrefixReserved("lockfence");
 }

@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "datatype/timestamp.h"
 
 /*
  * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
@@ -37,9 +38,11 @@ typedef enum FenceVerdict
 	FENCE_ACCEPTED,				/* token >= highest, holder compatible */
 	FENCE_STALE,				/* token < highest accepted */
 	FENCE_HOLDER_CONFLICT,		/* token == highest, other holder */
-	FENCE_NOT_ADVANCED			/* token == highest, but an advance was
+	FENCE_NOT_ADVANCED,			/* token == highest, but an advance was
 								 * required (a row token not fenced by this
 								 * transaction may be a copy) */
+	FENCE_LEASE_LOST			/* token == highest, a lease token whose
+								 * lease expired or was released */
 } FenceVerdict;
 
 /* What the fence table said about a check; filled for every verdict. */
@@ -48,10 +51,20 @@ typedef struct FenceOutcome
 	FenceVerdict verdict;
 	int64		highest;		/* highest token accepted, after the check */
 	char	   *highest_holder; /* its holder, or NULL when unknown */
+	bool		leased;			/* highest was granted as a lease (lease.c) */
+	TimestampTz lease_expires_at;	/* if leased: its expiry (-infinity when
+									 * released) */
 } FenceOutcome;
 
 /* check.c: deployment safeguards */
 extern void lockfence_check_init(void);
+
+/* Saved state of fence_store_enter, restored by fence_store_leave. */
+typedef struct FenceStoreState
+{
+	Oid			save_userid;
+	int			save_sec_context;
+} FenceStoreState;
 
 /* fence.c */
 extern void lockfence_validate_resource(const char *resource);
@@ -70,6 +83,8 @@ extern void fence_store_check(const char *resource, int64 token,
 							  FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
 extern bool fence_store_delete(const char *resource);
+extern void fence_store_enter(FenceStoreState *state);
+extern void fence_store_leave(FenceStoreState *state);
 
 /* fence_fastpath.c: an equal, uncontended token without SPI */
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
@@ -83,6 +98,9 @@ extern bool fence_cache_lookup(const char *resource, int64 *token,
 extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
+
+/* lease_wait.c: wake-ups of lease waiters (shared memory if preloaded) */
+extern void lease_wait_init(void);
 
 /* etcd_lock.c: etcd lock functions (GUCs, exit callback) */
 extern void lockfence_etcd_init(void);

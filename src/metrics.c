@@ -56,6 +56,10 @@ typedef enum LockfenceCounter
 	LFC_ACQUIRED,
 	LFC_ACQUIRE_ERRORS,
 	LFC_RESOURCES_EVICTED,
+	LFC_REJECTED_LEASE_LOST,
+	LFC_LEASE_ACQUIRED,
+	LFC_LEASE_ACQUIRE_ERRORS,
+	LFC_LEASE_EXPIRED_TAKEN_OVER,
 	LFC_NUM_COUNTERS
 } LockfenceCounter;
 
@@ -67,7 +71,11 @@ static const char *const counter_names[LFC_NUM_COUNTERS] = {
 	"proceeded_without_lock_total",
 	"lock_acquire_total",
 	"lock_acquire_error_total",
-	"rejection_resources_evicted_total"
+	"rejection_resources_evicted_total",
+	"fence_rejected_lease_lost_total",
+	"lease_acquire_total",
+	"lease_acquire_error_total",
+	"lease_expired_taken_over_total"
 };
 
 /* The histograms, with their fixed upper bounds (seconds, +Inf implied). */
@@ -75,6 +83,8 @@ typedef enum LockfenceHistogram
 {
 	LFH_ACQUIRE_DURATION,
 	LFH_HOLD_DURATION,
+	LFH_LEASE_ACQUIRE_DURATION,
+	LFH_LEASE_HOLD_DURATION,
 	LFH_NUM_HISTOGRAMS
 } LockfenceHistogram;
 
@@ -91,6 +101,11 @@ static const HistogramDef histogram_defs[LFH_NUM_HISTOGRAMS] = {
 	{"lock_acquire_duration_seconds", 13,
 	{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}},
 	{"lock_hold_duration_seconds", 12,
+	{0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}},
+	/* the same for leases (lease.c), with the same bounds */
+	{"lease_acquire_duration_seconds", 13,
+	{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}},
+	{"lease_hold_duration_seconds", 12,
 	{0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}}
 };
 
@@ -487,14 +502,18 @@ lockfence_metrics_fence_rejected(const char *resource, int64 token,
 								 const FenceOutcome *outcome)
 {
 	bool		conflict = (outcome->verdict == FENCE_HOLDER_CONFLICT);
+	bool		lease_lost = (outcome->verdict == FENCE_LEASE_LOST);
 
 	lockfence_count(conflict ? LFC_REJECTED_HOLDER_CONFLICT :
+					lease_lost ? LFC_REJECTED_LEASE_LOST :
 					LFC_REJECTED_STALE);
 	if (lf_metrics != NULL)
 		lockfence_remember_rejection(resource, token, outcome->highest);
 
-	lockfence_log_rejection(ERRCODE_LOCKFENCE_STALE_TOKEN,
-							conflict ? "holder_conflict" : "stale_token",
+	lockfence_log_rejection(lease_lost ? ERRCODE_LOCKFENCE_LOCK_LOST :
+							ERRCODE_LOCKFENCE_STALE_TOKEN,
+							conflict ? "holder_conflict" :
+							lease_lost ? "lease_lost" : "stale_token",
 							resource, NULL, true, token,
 							true, outcome->highest,
 							holder, conflict ? outcome->highest_holder : NULL);
@@ -565,6 +584,37 @@ lockfence_metrics_etcd_released(double held_seconds)
 }
 
 /*
+ * Leases (lease.c): a grant after seconds (waiting included).
+ */
+void
+lockfence_metrics_lease_acquired(double seconds)
+{
+	lockfence_count(LFC_LEASE_ACQUIRED);
+	lockfence_observe(LFH_LEASE_ACQUIRE_DURATION, seconds);
+}
+
+/*
+ * Leases: lease_acquire's wait_timeout ran out.
+ */
+void
+lockfence_metrics_lease_acquire_failed(void)
+{
+	lockfence_count(LFC_LEASE_ACQUIRE_ERRORS);
+}
+
+/*
+ * Leases: a lease ended after held_seconds: released, or expired and taken
+ * over by the next grant (counted in lease_expired_taken_over_total).
+ */
+void
+lockfence_metrics_lease_ended(double held_seconds, bool expired)
+{
+	if (expired)
+		lockfence_count(LFC_LEASE_EXPIRED_TAKEN_OVER);
+	lockfence_observe(LFH_LEASE_HOLD_DURATION, held_seconds);
+}
+
+/*
  * Raise the error for reading metrics that do not exist.
  */
 static void
@@ -609,7 +659,8 @@ lockfence_read_metrics(PG_FUNCTION_ARGS)
 	}
 	row[0] = CStringGetTextDatum("fence_rejected_total");
 	row[1] = Int64GetDatum((int64) (values[LFC_REJECTED_STALE] +
-									values[LFC_REJECTED_HOLDER_CONFLICT]));
+									values[LFC_REJECTED_HOLDER_CONFLICT] +
+									values[LFC_REJECTED_LEASE_LOST]));
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 	row[0] = CStringGetTextDatum("rejection_resources_tracked");
 	row[1] = Int64GetDatum(ntracked);

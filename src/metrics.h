@@ -61,4 +61,9 @@ extern void lockfence_metrics_etcd_acquired(double seconds);
 extern void lockfence_metrics_etcd_acquire_failed(void);
 extern void lockfence_metrics_etcd_released(double held_seconds);
 
+/* The same for leases (lease.c), as separate lease_* series. */
+extern void lockfence_metrics_lease_acquired(double seconds);
+extern void lockfence_metrics_lease_acquire_failed(void);
+extern void lockfence_metrics_lease_ended(double held_seconds, bool expired);
+
 #endif							/* LOCKFENCE_METRICS_H */

@@ -153,7 +153,7 @@ check_copy($source, 'dst', 'pg_restore');
 # 2. Plain dump, restored with psql into a new cluster.
 my $plain = "$tempdir/src.sql";
 $source->command_ok([ 'pg_dump', '-f', $plain, 'src' ], 'pg_dump plain');
-like(slurp_file($plain), qr/COPY lockfence\.fences \(resource, token, accepted_at, holder\) FROM stdin;/,
+like(slurp_file($plain), qr/COPY lockfence\.fences \(resource, token, accepted_at, holder, lease_expires_at, lease_ttl\) FROM stdin;/,
 	'the plain dump contains the fence rows');
 
 my $target = PostgreSQL::Test::Cluster->new('target');

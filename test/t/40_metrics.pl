@@ -77,7 +77,9 @@ is_deeply(
 		  write_rejected_missing_token_total proceeded_without_lock_total
 		  lock_acquire_total lock_acquire_error_total
 		  rejection_resources_evicted_total fence_rejected_total
-		  rejection_resources_tracked)
+		  rejection_resources_tracked fence_rejected_lease_lost_total
+		  lease_acquire_total lease_acquire_error_total
+		  lease_expired_taken_over_total)
 	],
 	'lockfence.metrics lists every counter');
 is(scalar(grep { $_ != 0 } values %$c), 0, 'all counters start at zero');
@@ -211,7 +213,7 @@ is(counters()->{fence_rejected_total}, $c->{fence_rejected_total},
 	'a refused reset changes nothing');
 is($node->safe_psql('postgres',
 		'SELECT count(*) FROM lockfence.metrics', extra_params => [ '-U', 'app' ]),
-	'10', 'PUBLIC may read the metrics');
+	'14', 'PUBLIC may read the metrics');
 
 $node->safe_psql('postgres', 'SELECT lockfence.reset_metrics()');
 $c = counters();

@@ -1,0 +1,117 @@
+-- lockfence leases: lease locks whose token is the fence's token
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+-- a first grant starts at token 1 and expires after the TTL
+SELECT token, expires_at > clock_timestamp() AS unexpired,
+       expires_at <= clock_timestamp() + interval '1 minute' AS within_ttl
+  FROM lockfence.lease_acquire('job', '1 minute', 'worker-a');
+SELECT resource, token, holder, lease_ttl, lease_expires_at IS NOT NULL AS leased
+  FROM lockfence.fences;
+
+-- the lease token is the fence's token: the holder fences and writes
+BEGIN;
+SELECT lockfence.fence('job', 1, 'worker-a');
+SELECT lockfence.fence('job', 1);
+-- another holder presenting it is refused
+SELECT lockfence.fence('job', 1, 'worker-b');
+ROLLBACK;
+
+-- held: try_acquire gets NULLs, acquire with a short wait_timeout fails
+SELECT * FROM lockfence.lease_try_acquire('job', '1 minute', 'worker-b');
+-- (terse: the detail names the expiry time)
+\set VERBOSITY terse
+SELECT * FROM lockfence.lease_acquire('job', '1 minute', 'worker-b', wait_timeout => '50 ms');
+SELECT * FROM lockfence.lease_acquire('job', '1 minute', 'worker-b', wait_timeout => '0');
+\set VERBOSITY default
+
+-- renew: a new expiry, with the granted TTL or a new one
+SELECT lockfence.lease_renew('job', 1) > clock_timestamp() AS renewed;
+SELECT lockfence.lease_renew('job', 1, '2 minutes') > clock_timestamp() + interval '1 minute' AS renewed_longer;
+SELECT lease_ttl FROM lockfence.fences WHERE resource = 'job';
+-- a token that is not the lease's
+SELECT lockfence.lease_renew('job', 0);
+SELECT lockfence.lease_renew('job', 7);
+SELECT lockfence.lease_renew('nothing', 1);
+
+-- release: the token can no longer be fenced (lock lost), renew fails
+SELECT lockfence.lease_release('job', 0);
+SELECT lockfence.lease_release('job', 1);
+SELECT lockfence.lease_release('job', 1);
+SELECT lockfence.fence('job', 1, 'worker-a');
+SELECT lockfence.try_fence('job', 1);
+SELECT lockfence.lease_renew('job', 1);
+SELECT lease_expires_at FROM lockfence.fences WHERE resource = 'job';
+
+-- the next grant has the next token, and the old one is stale
+SELECT token FROM lockfence.lease_try_acquire('job', '1 minute', 'worker-b');
+SELECT lockfence.fence('job', 1, 'worker-a');
+SELECT lockfence.fence('job', 2, 'worker-b');
+
+-- expiry: after the TTL, the token is lock lost and the lease is free
+SELECT token FROM lockfence.lease_acquire('short', '100 ms', 'a');
+SELECT pg_sleep(0.2);
+\set VERBOSITY terse
+SELECT lockfence.fence('short', 1, 'a');
+SELECT lockfence.lease_renew('short', 1);
+\set VERBOSITY default
+SELECT lockfence.lease_release('short', 1);
+SELECT token FROM lockfence.lease_acquire('short', '1 minute', 'b');
+SELECT lockfence.lease_renew('short', 1);
+
+-- a grant is above every token ever fenced for the name
+SELECT lockfence.fence('etcd-fed', 1000, 'etcd');
+SELECT token FROM lockfence.lease_acquire('etcd-fed', '1 minute');
+-- a higher token from another lock service ends the lease (takes over)
+SELECT lockfence.fence('etcd-fed', 2000, 'etcd');
+SELECT lease_expires_at, lease_ttl FROM lockfence.fences WHERE resource = 'etcd-fed';
+SELECT lockfence.lease_renew('etcd-fed', 1001);
+SELECT lockfence.fence('etcd-fed', 2000, 'etcd');
+
+-- a protected table: a lease token fenced in the transaction is the
+-- writer's token; after release the write is refused
+CREATE TABLE jobs (id int PRIMARY KEY, state text);
+SELECT lockfence.protect('jobs', resource => 'jobs');
+SELECT token FROM lockfence.lease_acquire('jobs', '1 minute', 'w');
+BEGIN;
+SELECT lockfence.fence('jobs', 1, 'w');
+INSERT INTO jobs VALUES (1, 'new');
+COMMIT;
+SELECT lockfence.lease_release('jobs', 1);
+BEGIN;
+SELECT lockfence.fence('jobs', 1, 'w');
+ROLLBACK;
+UPDATE jobs SET state = 'done';
+
+-- bad arguments
+SELECT * FROM lockfence.lease_acquire(NULL, '1 minute');
+SELECT * FROM lockfence.lease_acquire('', '1 minute');
+SELECT * FROM lockfence.lease_acquire(repeat('x', 256), '1 minute');
+SELECT * FROM lockfence.lease_acquire('x', NULL);
+SELECT * FROM lockfence.lease_acquire('x', '0');
+SELECT * FROM lockfence.lease_acquire('x', '-1 second');
+SELECT * FROM lockfence.lease_acquire('x', '1 minute', repeat('h', 256));
+SELECT * FROM lockfence.lease_acquire('x', '1 minute', NULL, '-1 second');
+SELECT lockfence.lease_renew('x', NULL);
+SELECT lockfence.lease_renew('x', -1);
+SELECT lockfence.lease_renew('job', 2, '0');
+SELECT lockfence.lease_release(NULL, 1);
+
+-- a grant is a write
+BEGIN READ ONLY;
+SELECT * FROM lockfence.lease_try_acquire('ro', '1 minute');
+ROLLBACK;
+
+-- a rolled back grant leaves nothing
+BEGIN;
+SELECT token FROM lockfence.lease_acquire('rolled', '1 minute');
+ROLLBACK;
+SELECT count(*) FROM lockfence.fences WHERE resource = 'rolled';
+
+-- who may call them: PUBLIC, like fence()
+SELECT p.oid::regprocedure, has_function_privilege('public', p.oid, 'EXECUTE') AS public
+  FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
+   AND p.proname LIKE 'lease%' ORDER BY 1;
+
+DROP TABLE jobs;
+DROP EXTENSION lockfence;

@@ -1,0 +1,230 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_wait.c
+ *	  Waking lease waiters when a lease is released.
+ *
+ * A waiter for a held lease sleeps until the lease expires or until a
+ * releasing transaction commits, whichever comes first.  Releases are
+ * announced through condition variables in shared memory: a small fixed
+ * array, the lease name hashed onto one slot (a collision only costs a
+ * spurious wake-up and a look at the fence row).  The broadcast is made
+ * from the transaction callback after the releasing transaction has
+ * committed (its effects visible to new snapshots), never before: a
+ * waiter woken early would only find the lease still taken.
+ *
+ * A waiter prepares to sleep on its slot BEFORE it looks at the fence row,
+ * so a release that commits between the look and the sleep is not lost:
+ * the broadcast takes the waiter off the slot's list, and its next sleep
+ * returns at once.
+ *
+ * Shared memory exists only when lockfence is in shared_preload_libraries.
+ * Without it a waiter polls: it looks at the fence row every
+ * LEASE_POLL_INTERVAL_MS (and at the lease's expiry), so a release is seen
+ * within that interval.  lease_try_acquire never waits, so it works the
+ * same either way.
+ *
+ * IDENTIFICATION
+ *	  src/lease_wait.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+
+#include "lease.h"
+#include "lockfence.h"
+
+/* Slots of condition variables; names hash onto them. */
+#define LEASE_WAIT_SLOTS	128
+
+typedef struct LeaseWaitShared
+{
+	ConditionVariable cv[LEASE_WAIT_SLOTS];
+} LeaseWaitShared;
+
+/* NULL unless the library was preloaded. */
+static LeaseWaitShared *lease_wait_shared = NULL;
+
+/* The slot this backend prepared to sleep on, or -1. */
+static int	lease_wait_prepared = -1;
+
+/* Names released by the current transaction, to announce at commit. */
+typedef struct PendingRelease
+{
+	uint32		slot;
+	struct PendingRelease *next;
+} PendingRelease;
+
+static PendingRelease *pending_releases = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void lease_wait_shmem_request(void);
+static void lease_wait_shmem_startup(void);
+static void lease_wait_xact_callback(XactEvent event, void *arg);
+
+/*
+ * Called from _PG_init: the transaction callback, and the shared memory
+ * hooks when the library is being preloaded.
+ */
+void
+lease_wait_init(void)
+{
+	RegisterXactCallback(lease_wait_xact_callback, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = lease_wait_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = lease_wait_shmem_startup;
+}
+
+static void
+lease_wait_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(LeaseWaitShared)));
+}
+
+static void
+lease_wait_shmem_startup(void)
+{
+	LeaseWaitShared *w;
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	w = ShmemInitStruct("lockfence lease waits", sizeof(LeaseWaitShared),
+						&found);
+	if (!found)
+	{
+		for (i = 0; i < LEASE_WAIT_SLOTS; i++)
+			ConditionVariableInit(&w->cv[i]);
+	}
+	LWLockRelease(AddinShmemInitLock);
+	lease_wait_shared = w;
+}
+
+static uint32
+lease_wait_slot(const char *name)
+{
+	return hash_bytes((const unsigned char *) name, strlen(name)) %
+		LEASE_WAIT_SLOTS;
+}
+
+/* Is a release announced (true), or must waiters poll (false)? */
+bool
+lease_wait_announced(void)
+{
+	return lease_wait_shared != NULL;
+}
+
+/*
+ * Start listening for releases of name.  Call before looking at the fence
+ * row, then lease_wait_sleep() as often as needed, then lease_wait_done().
+ */
+void
+lease_wait_prepare(const char *name)
+{
+	if (lease_wait_shared == NULL)
+		return;
+	lease_wait_prepared = lease_wait_slot(name);
+	ConditionVariablePrepareToSleep(&lease_wait_shared->cv[lease_wait_prepared]);
+}
+
+/*
+ * Sleep up to timeout_ms, or until a release of a name on our slot has
+ * committed since the last look.  Interrupts (cancel, statement_timeout,
+ * termination) are served at once.
+ */
+void
+lease_wait_sleep(long timeout_ms)
+{
+	if (timeout_ms < 1)
+		timeout_ms = 1;
+	if (timeout_ms > LEASE_MAX_SLEEP_MS)
+		timeout_ms = LEASE_MAX_SLEEP_MS;
+
+	if (lease_wait_shared != NULL && lease_wait_prepared >= 0)
+	{
+		ConditionVariableTimedSleep(&lease_wait_shared->cv[lease_wait_prepared],
+									timeout_ms, PG_WAIT_EXTENSION);
+		return;
+	}
+
+	/* No shared memory: poll. */
+	if (timeout_ms > LEASE_POLL_INTERVAL_MS)
+		timeout_ms = LEASE_POLL_INTERVAL_MS;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+void
+lease_wait_done(void)
+{
+	if (lease_wait_prepared >= 0)
+		ConditionVariableCancelSleep();
+	lease_wait_prepared = -1;
+}
+
+/*
+ * Announce a release of name when (and only if) the current transaction
+ * commits.
+ */
+void
+lease_wait_announce_at_commit(const char *name)
+{
+	PendingRelease *p;
+
+	if (lease_wait_shared == NULL)
+		return;
+	p = MemoryContextAlloc(TopTransactionContext, sizeof(PendingRelease));
+	p->slot = lease_wait_slot(name);
+	p->next = pending_releases;
+	pending_releases = p;
+}
+
+static void
+lease_wait_xact_callback(XactEvent event, void *arg)
+{
+	PendingRelease *p;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			/* Committed and visible: wake the waiters. */
+			for (p = pending_releases; p != NULL; p = p->next)
+				ConditionVariableBroadcast(&lease_wait_shared->cv[p->slot]);
+			pending_releases = NULL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* The list lived in TopTransactionContext, gone now. */
+			pending_releases = NULL;
+			lease_wait_prepared = -1;
+			break;
+		default:
+			break;
+	}
+}

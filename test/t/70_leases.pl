@@ -1,0 +1,243 @@
+
+# Leases with several sessions, lockfence preloaded (condition variables):
+#
+# - a release wakes a waiter at once (the lease's TTL is a minute);
+# - pg_cancel_backend and statement_timeout stop a wait at once;
+# - a paused client (SIGSTOP of its psql) whose lease expires: the successor
+#   gets a higher token, the old holder's later writes are rejected, and in
+#   commit order no two holders' writes interleave; paused inside a
+#   fencing transaction, it holds the successor back until it ends;
+# - tokens only grow, across a crash (pg_ctl stop -m immediate).
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use IPC::Run;
+
+use LockfenceTest::EtcdCluster;    # session helpers only; no etcd here
+
+my $node = LockfenceTest::EtcdCluster::pg_node('leases',
+	"shared_preload_libraries = 'lockfence'\ntrack_commit_timestamp = on\n");
+$node->safe_psql('postgres', q{
+	CREATE TABLE log (n bigserial PRIMARY KEY, who text NOT NULL,
+					  token bigint NOT NULL);
+	SELECT lockfence.protect('log', resource => 'job');
+});
+
+sub S { return LockfenceTest::EtcdCluster::session($node); }
+
+# Is session $s's backend waiting inside a lease wait?
+sub lease_waiting
+{
+	my ($pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT wait_event_type IN ('Extension', 'Lock') FROM pg_stat_activity WHERE pid = $pid"
+	) eq 't';
+}
+
+# Pump a session until its stderr shows an error; returns the time it did.
+sub wait_for_error
+{
+	my ($s, $seconds) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		$s->{run}->pump_nb;
+		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
+		usleep(1_000);
+	}
+	return undef;
+}
+
+# --- a release wakes the waiter -----------------------------------------------
+
+my $holder = S();
+my $t1 = $holder->query_safe(
+	"SELECT token FROM lockfence.lease_acquire('wake', '1 min', 'h')");
+is($t1, '1', 'first grant: token 1');
+
+my $waiter = S();
+LockfenceTest::EtcdCluster::send_query($waiter,
+	"SELECT token, extract(epoch FROM clock_timestamp()) FROM lockfence.lease_acquire('wake', '1 min', 'w');");
+ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($waiter->{pid}) }),
+	'the waiter waits');
+my $released_at = $holder->query_safe(
+	"SELECT extract(epoch FROM clock_timestamp()) FROM lockfence.lease_release('wake', 1)");
+my ($out) = LockfenceTest::EtcdCluster::wait_result($waiter, 30);
+my ($t2, $granted_at) = split /\|/, $out;
+is($t2, '2', 'the waiter is granted the next token');
+my $handon = $granted_at - $released_at;
+note(sprintf('hand-on after release: %.1f ms', $handon * 1000));
+# Measured between the two server-side clock readings; the TTL is 60 s.
+ok($handon < 0.5, 'the waiter is woken by the release, not by the TTL');
+
+# --- cancel and statement_timeout stop a wait --------------------------------
+
+for my $case (['pg_cancel_backend', ''],
+	['statement_timeout', "SET statement_timeout = '300ms';"])
+{
+	my ($what, $setup) = @$case;
+	my $w = S();
+	$w->query_safe($setup) if $setup;
+	LockfenceTest::EtcdCluster::send_query($w,
+		"SELECT token FROM lockfence.lease_acquire('wake', '1 min', 'x');");
+	ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($w->{pid}) }),
+		"$what: the waiter waits");
+	my $t0 = time;
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{pid})")
+	  if $what eq 'pg_cancel_backend';
+	my $err_at = wait_for_error($w, 30);
+	ok(defined $err_at, "$what: the wait ends in an error");
+	like($w->{stderr}, qr/57014/, "$what: SQLSTATE 57014");
+	ok($err_at - $t0 < 2, "$what: at once") or diag($err_at - $t0);
+	$w->quit;
+}
+$waiter->query_safe("SELECT lockfence.lease_release('wake', 2)");
+
+# --- a paused client ---------------------------------------------------------
+
+# The psql process behind a background session.
+sub psql_pid { return $_[0]->{run}->{KIDS}[0]{PID}; }
+
+sub write_as
+{
+	my ($s, $who, $token) = @_;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s,
+		"BEGIN; SELECT lockfence.fence('job', $token, '$who'); "
+		  . "INSERT INTO log (who, token) VALUES ('$who', $token); COMMIT;");
+	return $r->{sqlstate} // 'accepted';
+}
+
+my $a = S();
+my $b = S();
+my $ta = $a->query_safe(
+	"SELECT token FROM lockfence.lease_acquire('job', '2 s', 'a')");
+$a->query_safe(
+	"BEGIN; SELECT lockfence.fence('job', $ta, 'a'); INSERT INTO log (who, token) VALUES ('a', $ta); COMMIT;");
+
+kill 'STOP', psql_pid($a);
+ok(LockfenceTest::EtcdCluster::poll_until(30, sub {
+	$node->safe_psql('postgres',
+		"SELECT lease_expires_at < clock_timestamp() FROM lockfence.fences WHERE resource = 'job'") eq 't' }),
+	'paused holder: its lease expires');
+my $tb = $b->query_safe(
+	"SELECT token FROM lockfence.lease_acquire('job', '1 min', 'b')");
+ok($tb > $ta, "the successor gets a higher token ($tb > $ta)");
+$b->query_safe(
+	"BEGIN; SELECT lockfence.fence('job', $tb, 'b'); INSERT INTO log (who, token) VALUES ('b', $tb); COMMIT;");
+kill 'CONT', psql_pid($a);
+
+my $state = write_as($a, 'a', $ta);
+is($state, 'LF001', 'the resumed old holder\'s write is rejected as stale');
+$b->query_safe("SELECT lockfence.lease_release('job', $tb)");
+
+# Paused inside its fencing transaction: the successor waits for it.
+my $tc = $a->query_safe(
+	"SELECT token FROM lockfence.lease_acquire('job', '2 s', 'a')");
+ok($tc > $tb, "a new grant is higher again ($tc > $tb)");
+$a->query_safe(
+	"BEGIN; SELECT lockfence.fence('job', $tc, 'a'); INSERT INTO log (who, token) VALUES ('a', $tc);");
+kill 'STOP', psql_pid($a);
+ok(LockfenceTest::EtcdCluster::poll_until(30, sub {
+	$node->safe_psql('postgres',
+		"SELECT lease_expires_at < clock_timestamp() FROM lockfence.fences WHERE resource = 'job'") eq 't' }),
+	'paused in a transaction: its lease expires');
+$state = LockfenceTest::EtcdCluster::sql_try($b,
+	"SELECT token FROM lockfence.lease_acquire('job', '1 min', 'b', wait_timeout => '1 s')")->{sqlstate};
+is($state, '55P03',
+	'no successor while the old holder\'s fencing transaction is open');
+LockfenceTest::EtcdCluster::send_query($b,
+	"SELECT token FROM lockfence.lease_acquire('job', '1 min', 'b');");
+kill 'CONT', psql_pid($a);
+# Its late write, past the expiry, in the transaction that fenced in time.
+$a->query_safe("INSERT INTO log (who, token) VALUES ('a', $tc); COMMIT;");
+($out) = LockfenceTest::EtcdCluster::wait_result($b, 30);
+my $td = $out;
+ok($td > $tc, "the successor is granted after the old transaction ended ($td > $tc)");
+$b->query_safe(
+	"BEGIN; SELECT lockfence.fence('job', $td, 'b'); INSERT INTO log (who, token) VALUES ('b', $td); COMMIT;");
+$state = write_as($a, 'a', $tc);
+is($state, 'LF001', 'the old holder is stale after the takeover');
+
+# In commit order the tokens never go down, and each holder's writes form
+# one run: no two holders' writes interleave.
+my $order = $node->safe_psql('postgres', q{
+	SELECT string_agg(who || token, ' ' ORDER BY pg_xact_commit_timestamp(xmin), n)
+	  FROM log});
+is($order, "a$ta b$tb a$tc a$tc b$td",
+	'commit order: a, b, a (including its late write), b');
+
+# --- 8 sessions contending -----------------------------------------------------
+
+# Each pgbench transaction acquires the lease (TTL 10 s) and releases it;
+# a release that fails (its lease was not held to the end) divides by
+# zero, which aborts the run.  A failed attempt must leave no row lock
+# behind: one that did would block the holder's release until the TTL.
+my $script = PostgreSQL::Test::Utils::tempdir . '/contend.sql';
+PostgreSQL::Test::Utils::append_to_file($script, q{
+SELECT token FROM lockfence.lease_acquire('hot', '10 s') \gset
+SELECT 1 / (lockfence.lease_release('hot', :token))::int;
+});
+my ($pgb_out, $pgb_err) = ('', '');
+my $pgb_ok = IPC::Run::run(
+	[ 'pgbench', '-n', '-c', '8', '-j', '2', '-T', '3', '-f', $script,
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$pgb_out, '2>', \$pgb_err);
+ok($pgb_ok, '8 sessions: every release of a granted lease succeeds')
+  or diag($pgb_out, $pgb_err);
+my ($ntx) = $pgb_out =~ /number of transactions actually processed: (\d+)/;
+note("8 sessions, 3 s: $ntx grants");
+my $hot = $node->safe_psql('postgres',
+	"SELECT token FROM lockfence.fences WHERE resource = 'hot'");
+is($hot, $ntx, 'one token per grant, none skipped or repeated');
+ok($ntx > 8, 'hand-on is not bound to the TTL');
+
+# --- metrics ------------------------------------------------------------------
+
+my %m = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+	"SELECT name, value FROM lockfence.metrics WHERE name LIKE 'lease%' OR name LIKE 'fence_rejected_lease%'");
+# Grants: wake 1, 2; job a, b, a, b; hot: $ntx.  Errors: the cancelled wait, the
+# statement_timeout, and the wait_timeout behind the paused transaction.
+is($m{lease_acquire_total}, 6 + $ntx, 'lease_acquire_total counts the grants');
+is($m{lease_acquire_error_total}, 3,
+	'lease_acquire_error_total counts cancel, statement_timeout and wait_timeout');
+is($m{lease_expired_taken_over_total}, 2,
+	'lease_expired_taken_over_total counts the two expired leases taken over');
+is($node->safe_psql('postgres',
+	"SELECT count FROM lockfence.histograms WHERE name = 'lease_hold_duration_seconds'"),
+	3 + 2 + $ntx, 'lease_hold_duration_seconds: every release and expiry');
+is($node->safe_psql('postgres',
+	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
+	6 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
+
+# --- tokens only grow, across a crash ----------------------------------------
+
+$_->quit for ($holder, $waiter, $a, $b);
+my $before = $node->safe_psql('postgres',
+	"SELECT token FROM lockfence.lease_acquire('crash', '1 min', 'x')");
+$node->safe_psql('postgres', q{
+	CREATE TABLE pending (t bigint);
+});
+# A grant not yet committed when the server crashes.
+my $bg = S();
+$bg->query_safe(
+	"BEGIN; SELECT lockfence.lease_release('crash', $before); INSERT INTO pending SELECT token FROM lockfence.lease_acquire('crash', '1 min', 'y');");
+$node->stop('immediate');
+$bg->{run}->kill_kill;
+$node->start;
+is($node->safe_psql('postgres',
+	"SELECT count(*) FROM lockfence.lease_try_acquire('crash', '1 min', 'z') WHERE token IS NOT NULL"),
+	'0', 'after the crash the committed lease is still held');
+is($node->safe_psql('postgres',
+	"SELECT lockfence.lease_release('crash', $before)"), 't',
+	'and its holder can release it with its token');
+my $after = $node->safe_psql('postgres',
+	"SELECT token FROM lockfence.lease_acquire('crash', '1 min', 'z')");
+ok($after > $before, "the next grant is higher ($after > $before)");
+
+$node->stop;
+done_testing();
