@@ -981,3 +981,27 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
     'End a lease at once; false when it had expired or was taken over';
+
+
+-- multi-resource fence
+--
+-- Several resources in one call, checked in byte order (duplicates
+-- removed), so that overlapping sets fenced in any order cannot deadlock;
+-- all or nothing.  Executable by PUBLIC, like fence(text, bigint, text).
+CREATE FUNCTION lockfence.fence(resources text[], token bigint,
+                                holder text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_fence_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION lockfence.fence(text[], bigint, text) IS
+    'Accept token for every resource in this transaction, in byte order, all or nothing, or raise SQLSTATE LF001 naming the first rejected one';
+
+CREATE FUNCTION lockfence.try_fence(resources text[], token bigint,
+                                    holder text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'lockfence_try_fence_many'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION lockfence.try_fence(text[], bigint, text) IS
+    'Like fence(text[], ...), but return false, fencing none of the resources, for a rejected token';

@@ -8,7 +8,7 @@ SELECT n.nspname, c.relname, c.relkind
  WHERE n.nspname = 'lockfence' ORDER BY c.relname;
 SELECT p.oid::regprocedure AS function, p.prosecdef
   FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
- ORDER BY p.proname;
+ ORDER BY p.proname, p.oid::regprocedure::text COLLATE "C";
 
 -- the extension is not relocatable and lives in its own schema
 ALTER EXTENSION lockfence SET SCHEMA public;

@@ -127,7 +127,7 @@ lockfence_report_rejection(const char *resource, int64 token,
  * compatible with holder?  Then its fence row is locked by us, and the
  * check needs no table access.
  */
-static bool
+bool
 fence_cache_covers(const char *resource, int64 token, const char *holder)
 {
 	int64		cached_token;

@@ -76,6 +76,8 @@ extern FenceVerdict lockfence_check(const char *resource, int64 token,
 extern void lockfence_report_rejection(const char *resource, int64 token,
 									   const char *holder,
 									   const FenceOutcome *outcome);
+extern bool fence_cache_covers(const char *resource, int64 token,
+							   const char *holder);
 
 /* fence_store.c: the fence table, read and written through SPI */
 extern void fence_store_check(const char *resource, int64 token,
