@@ -67,14 +67,6 @@ static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 static void release_pending(bool all, SubTransactionId subid);
 
 /*
- * Module initialization (nothing to do until the first lease).
- */
-void
-etcd_session_init(void)
-{
-}
-
-/*
  * Remember a lease granted by this backend.
  */
 void
