@@ -9,7 +9,9 @@
  *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
  *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
  *	etcd_lease.c	lease RPCs: grant, keepalive, revoke
- *	etcd_session.c	leases granted by this backend, revoked at exit
+ *	etcd_session.c	session leases (one per TTL) and the locks held on them;
+ *					transaction-scoped release; revocation at exit
+ *	etcd_commit_check.c	the commit-time lock check
  *	etcd_lock.c		the lock protocol (acquire, confirm, unlock)
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
  *
@@ -81,6 +83,15 @@ typedef struct EtcdEndpointList
 	const char *url[FLEXIBLE_ARRAY_MEMBER];
 } EtcdEndpointList;
 
+/* lockfence.etcd_check_at_commit */
+typedef enum EtcdCheckAtCommit
+{
+	ETCD_CHECK_OFF,
+	ETCD_CHECK_LOCK_AND_FENCE,
+	ETCD_CHECK_ALL_FENCED
+} EtcdCheckAtCommit;
+
+extern int	etcd_check_at_commit;
 extern char *etcd_endpoints;
 extern const EtcdEndpointList *etcd_endpoint_list;
 extern int	etcd_connect_timeout_ms;
@@ -223,16 +234,43 @@ extern bool etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
 extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
 extern EtcdHttpReq *etcd_lease_keepalive_start(int64 lease, long interval_ms);
 extern int64 etcd_lease_keepalive_finish(EtcdHttpReq *req);
+extern long etcd_cleanup_budget_ms(void);
 extern void etcd_lease_revoke_after_error(int64 lease);
+extern bool etcd_lease_delete_key(int64 lease, const char *key,
+								  long timeout_ms, bool quiet, bool *deleted);
 
-/* etcd_session.c */
-extern void etcd_session_track(int64 lease);
-extern void etcd_session_mark_acquired(int64 lease, const char *key);
+/* etcd_session.c: session leases and the locks held on them */
+extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
+extern void etcd_session_track(int64 lease, int ttl);
 extern void etcd_session_untrack(int64 lease);
+extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
+extern void etcd_session_lease_lost(int64 lease, const char *what);
+extern void etcd_session_retire(int64 lease);
+extern void etcd_session_lock_acquired(int64 lease, const char *key,
+									   int64 token);
+extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
+extern void etcd_session_lock_released(const char *key);
+extern bool etcd_session_lease_shared(int64 lease, const char *key);
+extern void etcd_session_release_quietly(int64 lease, const char *key,
+										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);
 extern bool etcd_session_holds_key(int64 lease, const char *key);
-extern void etcd_session_set_pending(int64 lease, bool pending);
 extern void etcd_session_exit_cleanup_begins(void);
+extern void etcd_session_lock_fenced(const char *key);
+
+/* A lock to confirm at commit */
+typedef struct EtcdCheckedLock
+{
+	char	   *key;
+	int64		lease;
+	int64		token;
+	bool		fenced;			/* fenced by etcd_lock_and_fence */
+} EtcdCheckedLock;
+
+extern int	etcd_session_locks_to_check(bool all, EtcdCheckedLock **out);
+
+/* etcd_commit_check.c */
+extern void etcd_commit_check(void);
 
 /* etcd_lock.c */
 
@@ -242,13 +280,15 @@ typedef struct EtcdLockResult
 	char	   *key;			/* "<name>/<lease hex>" */
 	int64		lease;
 	int64		token;			/* create_revision of key */
+	bool		fresh_lease;	/* lease granted for this lock */
 } EtcdLockResult;
 
 extern void etcd_lock_check_args(const char *name, int ttl);
 extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
 							  bool try_only, EtcdLockResult *res);
-extern void etcd_lock_hand_over(EtcdLockResult *res);
-extern void etcd_lock_release_after_error(int64 lease);
+extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
+extern void etcd_lock_release_after_error(int64 lease, const char *key,
+										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
 
 #if defined(__GNUC__) || defined(__clang__)

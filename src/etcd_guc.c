@@ -33,6 +33,7 @@
 #include "lockfence.h"
 
 char	   *etcd_endpoints = NULL;
+int			etcd_check_at_commit = ETCD_CHECK_LOCK_AND_FENCE;
 const EtcdEndpointList *etcd_endpoint_list = NULL;
 int			etcd_connect_timeout_ms = 2000;
 int			etcd_request_timeout_ms = 5000;
@@ -66,6 +67,13 @@ typedef enum PasswordFileResult
 	PWFILE_EMPTY,
 	PWFILE_NUL_BYTE
 } PasswordFileResult;
+
+static const struct config_enum_entry check_at_commit_options[] = {
+	{"off", ETCD_CHECK_OFF, false},
+	{"lock_and_fence", ETCD_CHECK_LOCK_AND_FENCE, false},
+	{"all_fenced", ETCD_CHECK_ALL_FENCED, false},
+	{NULL, 0, false}
+};
 
 static bool check_endpoints(char **newval, void **extra, GucSource source);
 static void assign_endpoints(const char *newval, void *extra);
@@ -238,6 +246,16 @@ etcd_guc_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("lockfence.etcd_check_at_commit",
+							 gettext_noop("Which etcd locks a transaction fenced with are confirmed with etcd before it commits."),
+							 gettext_noop("lock_and_fence: locks taken by etcd_lock_and_fence; all_fenced: also locks of this session named as holder in lockfence.fence; off: none.  One etcd request per lock at commit."),
+							 &etcd_check_at_commit,
+							 ETCD_CHECK_LOCK_AND_FENCE,
+							 check_at_commit_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("lockfence.etcd_request_timeout",
 							gettext_noop("Time allowed for one etcd request, including retries on other endpoints."),

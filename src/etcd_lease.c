@@ -15,37 +15,85 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 
 #include "etcd.h"
 
 /*
- * Revoke a lease quietly during error cleanup (in a PG_CATCH block, with
- * the error still being handled): after a cancel, a statement timeout or
- * a termination within ETCD_PENDING_RELEASE_MS, so the interrupt is not
- * delayed by a member that does not answer; after other errors within
- * ETCD_CLEANUP_MS.  Abandons the requests in flight first.  Never raises.
+ * Time allowed for a quiet release during error cleanup (in a PG_CATCH
+ * block, with the error still being handled): after a cancel, a statement
+ * timeout or a termination ETCD_PENDING_RELEASE_MS, so the interrupt is
+ * not delayed by a member that does not answer; after other errors
+ * ETCD_CLEANUP_MS.
+ */
+long
+etcd_cleanup_budget_ms(void)
+{
+	if (geterrcode() == ERRCODE_QUERY_CANCELED || ProcDiePending ||
+		QueryCancelPending)
+		return ETCD_PENDING_RELEASE_MS;
+	return ETCD_CLEANUP_MS;
+}
+
+/*
+ * Revoke a lease quietly during error cleanup, within
+ * etcd_cleanup_budget_ms().  Abandons the requests in flight first.
+ * Never raises.
  */
 void
 etcd_lease_revoke_after_error(int64 lease)
 {
-	long		budget = ETCD_CLEANUP_MS;
+	long		budget = etcd_cleanup_budget_ms();
 
-	if (geterrcode() == ERRCODE_QUERY_CANCELED || ProcDiePending ||
-		QueryCancelPending)
-		budget = ETCD_PENDING_RELEASE_MS;
 	HOLD_INTERRUPTS();
 	etcd_http_abort_all();
 	if (lease > 0)
-	{
-		etcd_session_set_pending(lease, false);
 		(void) etcd_lease_revoke(lease, budget, true);
-	}
 	RESUME_INTERRUPTS();
 }
 
 /*
- * Grant a lease of ttl seconds and track it for cleanup at exit.
- * Returns the lease ID and sets *granted_ttl to the TTL etcd granted.
+ * Delete key if it is still attached to lease (one transaction comparing
+ * the key's lease).  Returns true when the request succeeded, with
+ * *deleted telling whether the key was there; a key that is gone or on
+ * another lease is left alone.  Quiet calls never raise errors and return
+ * false on any failure; other calls raise errors.
+ */
+bool
+etcd_lease_delete_key(int64 lease, const char *key, long timeout_ms,
+					  bool quiet, bool *deleted)
+{
+	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *body;
+	EtcdReply	reply;
+	JsonbValue *succ;
+
+	*deleted = false;
+	body = psprintf("{\"compare\":[{\"target\":\"LEASE\",\"key\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}],"
+					"\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+					key64, lease, key64);
+	if (!etcd_call("/v3/kv/txn", body, timeout_ms, quiet, &reply))
+	{
+		if (!quiet)
+			etcd_report_reply_error("deleting the lock key", &reply);
+		return false;
+	}
+	/*
+	 * etcd omits false: no "succeeded" means the comparison failed.  The
+	 * comparison holds only for an existing key on this lease, so it
+	 * succeeding means the key was deleted.  (Read without the raising
+	 * accessors: quiet calls never raise.)
+	 */
+	succ = getKeyJsonValueFromContainer(&reply.json->root, "succeeded", 9,
+										NULL);
+	*deleted = succ != NULL && succ->type == jbvBool && succ->val.boolean;
+	return true;
+}
+
+/*
+ * Grant a lease of ttl seconds.  Returns the lease ID and sets
+ * *granted_ttl to the TTL etcd granted.  The caller tracks it at once
+ * (etcd_session_track), so that it is revoked at exit.
  */
 int64
 etcd_lease_grant(int ttl, int *granted_ttl)
@@ -69,7 +117,6 @@ etcd_lease_grant(int ttl, int *granted_ttl)
 					 errdetail("etcd answered: %s", err)));
 		etcd_malformed_reply("a lease grant", "The reply carries no lease ID.");
 	}
-	etcd_session_track(id);
 	if (!etcd_json_int64(&reply.json->root, "TTL", &got_ttl) || got_ttl <= 0)
 		got_ttl = ttl;
 	*granted_ttl = (int) Min(got_ttl, (int64) PG_INT32_MAX);
@@ -128,6 +175,7 @@ etcd_lease_keepalive(int64 lease, int64 *ttl)
 	EtcdReply	reply;
 	JsonbContainer *result;
 	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
+	TimestampTz sent_at = GetCurrentTimestamp();
 
 	if (!etcd_call("/v3/lease/keepalive", body, etcd_request_timeout_ms,
 				   false, &reply))
@@ -143,6 +191,7 @@ etcd_lease_keepalive(int64 lease, int64 *ttl)
 	/* etcd omits zero values: no TTL means the lease is gone */
 	if (!etcd_json_int64(result, "TTL", ttl) || *ttl <= 0)
 		return false;
+	etcd_session_lease_renewed(lease, sent_at);
 	return true;
 }
 

@@ -4,9 +4,9 @@
  *	  etcd locks compatible with etcd's concurrency Mutex: acquisition,
  *	  read-back of the fencing token, and release.
  *
- * A lock is a key "<name>/<lease ID in lowercase hex>" created under a
- * lease granted for it; the holder is the key under "<name>/" with the
- * lowest create_revision.  Acquisition lets etcd's lock service
+ * A lock is a key "<name>/<lease ID in lowercase hex>" created under the
+ * session lease of its TTL (etcd_session.c); the holder is the key under
+ * "<name>/" with the lowest create_revision.  Acquisition lets etcd's lock service
  * (/v3/lock/lock) do the waiting, keeping the lease alive meanwhile, so
  * `etcdctl lock NAME` and lockfence exclude each other in FIFO order.
  *
@@ -17,8 +17,8 @@
  *
  * Any error during an acquisition (cancel, statement timeout, wait
  * timeout, lost lease, transport failure) abandons the requests in flight
- * and revokes the lease with interrupts held, which deletes our waiter
- * key at once.  A lock stays "pending" from its acquisition until its SQL
+ * and, with interrupts held, deletes our waiter key (revoking the lease
+ * if it was granted for this lock).  A lock stays "pending" from its acquisition until its SQL
  * function returns it to the caller (etcd_lock_and_fence: until the fence
  * accepted its token); any error before that releases it, so a caller that
  * never learned a key never owns one.  After a cancel or a termination
@@ -46,7 +46,8 @@ typedef struct LockWait
 {
 	const char *name;
 	volatile int64 *lease;		/* updated when queued again */
-	int		   *ttl;
+	int			req_ttl;		/* TTL asked for */
+	int		   *ttl;			/* TTL granted */
 	char	   *key;			/* our key under *lease */
 	EtcdHttpReq *lock_req;		/* lock service request in flight */
 	EtcdHttpReq *ka_req;		/* keepalive in flight */
@@ -54,20 +55,30 @@ typedef struct LockWait
 	const char *ka_ep;			/* endpoint of ka_req */
 	TimestampTz deadline;		/* of the wait; 0: none */
 	TimestampTz next_ka;		/* when to send the next keepalive */
+	TimestampTz ka_sent_at;		/* when ka_req was sent */
 	TimestampTz retry_at;		/* when to (re)send the lock request */
 	long		ka_interval_ms;
 	EtcdRetry	retry;			/* for failed lock requests */
 } LockWait;
 
 /*
- * Release a lock of ours that was not handed to the SQL caller, after an
- * error (see etcd_lease_revoke_after_error).
+ * Release a lock of ours (key on lease) that was not handed to the SQL
+ * caller, after an error, quietly within etcd_cleanup_budget_ms():
+ * see etcd_session_release_quietly.  keep_lease: the lease was not
+ * granted for this lock (a session lease used before), so only the key
+ * is deleted.  Abandons the requests in flight
+ * first.  Never raises.
  */
 void
-etcd_lock_release_after_error(int64 lease)
+etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
 {
-	etcd_lease_revoke_after_error(lease != 0 && etcd_session_owns(lease) ?
-								  lease : 0);
+	long		budget = etcd_cleanup_budget_ms();
+
+	HOLD_INTERRUPTS();
+	etcd_http_abort_all();
+	if (lease > 0 && etcd_session_owns(lease))
+		etcd_session_release_quietly(lease, key, budget, keep_lease);
+	RESUME_INTERRUPTS();
 }
 
 /*
@@ -206,26 +217,34 @@ start_lock_request(const char *name, int64 lease)
 }
 
 /*
- * Queue again under a new lease, after the member that has our lock
+ * Queue again under another lease, after the member that has our lock
  * request stopped answering.  The request cannot simply be sent again
  * under the same lease: when a hung member wakes up, etcd's lock service
  * there sees its client gone and deletes the waiter key it created, which
  * is the same key, so it would silently take away a lock granted through
- * another member meanwhile.  So the old lease is revoked (deleting the old
- * key at once, so it blocks nobody) and a new one granted, at the price
- * of the place in the queue.  Errors are raised as usual; the caller's
+ * another member meanwhile.  So the old key is deleted at once, so it
+ * blocks nobody (by revoking its lease if it carries no other lock of
+ * ours), the old lease takes no new locks, and a new session lease is
+ * granted, at the price of the place in the queue.  Errors are raised as usual; the caller's
  * cleanup then revokes *lease, and a lease that could not be revoked
  * stays tracked for revocation at exit.  Returns the new key.
  */
 static char *
-requeue_new_lease(const char *name, volatile int64 *lease, int *ttl)
+requeue_new_lease(const char *name, volatile int64 *lease, int req_ttl,
+				  int *ttl)
 {
 	int64		old = *lease;
-	int			granted;
+	char	   *old_key = lock_key(name, old);
+	bool		fresh;
+	bool		deleted;
 
-	(void) etcd_lease_revoke(old, etcd_request_timeout_ms, false);
-	*lease = etcd_lease_grant(*ttl, &granted);
-	*ttl = granted;
+	etcd_session_retire(old);
+	if (etcd_session_lease_shared(old, old_key))
+		(void) etcd_lease_delete_key(old, old_key, etcd_request_timeout_ms,
+									 false, &deleted);
+	else
+		(void) etcd_lease_revoke(old, etcd_request_timeout_ms, false);
+	*lease = etcd_session_lease(req_ttl, ttl, &fresh);
 	elog(DEBUG1, "etcd lock \"%s\": the member holding the lock request did not answer; queued again under lease " INT64_FORMAT " instead of " INT64_FORMAT,
 		 name, *lease, old);
 	return lock_key(name, *lease);
@@ -337,8 +356,14 @@ lock_wait_keepalive(LockWait *w)
 		int64		left = etcd_lease_keepalive_finish(w->ka_req);
 
 		if (left == ETCD_KA_GONE)
+		{
+			/* every lock on the session lease is lost with it */
+			etcd_session_lease_lost(*w->lease, "expired or was revoked");
 			report_lock_lost(w->name, w->key,
 							 "The lease of the lock key expired or was revoked while waiting.");
+		}
+		if (left > 0)
+			etcd_session_lease_renewed(*w->lease, w->ka_sent_at);
 		elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " while waiting: TTL " INT64_FORMAT,
 			 *w->lease, left);
 		etcd_http_finish(w->ka_req);
@@ -359,7 +384,8 @@ lock_wait_keepalive(LockWait *w)
 		{
 			etcd_http_finish(w->lock_req);
 			w->lock_req = NULL;
-			w->key = requeue_new_lease(w->name, w->lease, w->ttl);
+			w->key = requeue_new_lease(w->name, w->lease, w->req_ttl,
+									   w->ttl);
 			w->ka_interval_ms = Max(200L, (long) *w->ttl * 1000 / 3);
 			now = GetCurrentTimestamp();
 			w->next_ka = TimestampTzPlusMilliseconds(now, w->ka_interval_ms);
@@ -372,6 +398,7 @@ lock_wait_keepalive(LockWait *w)
 	{
 		elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", *w->lease);
 		w->ka_ep = etcd_current_endpoint();
+		w->ka_sent_at = now;
 		w->ka_req = etcd_lease_keepalive_start(*w->lease, w->ka_interval_ms);
 		w->next_ka = TimestampTzPlusMilliseconds(now, w->ka_interval_ms);
 	}
@@ -438,14 +465,16 @@ lock_wait_idle(LockWait *w, long sleep_ms)
 
 /*
  * Wait for the lock service to grant the lock to our lease, keeping the
- * lease alive every third of its TTL.  wait_ms < 0 waits forever.
+ * lease alive every third of its TTL (and at once if renew_now).
+ * wait_ms < 0 waits forever.
  * Returns the key the lock service reports.  *lease and *ttl are updated
  * when the request had to be queued again under a new lease.  The
  * requests are released by etcd_http_abort_all() in the caller's error
  * cleanup, or here once finished.
  */
 static char *
-wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
+wait_for_lock(const char *name, volatile int64 *lease, int req_ttl, int *ttl,
+			  long wait_ms, bool renew_now)
 {
 	LockWait	w;
 	TimestampTz now = GetCurrentTimestamp();
@@ -453,10 +482,13 @@ wait_for_lock(const char *name, volatile int64 *lease, int *ttl, long wait_ms)
 	memset(&w, 0, sizeof(w));
 	w.name = name;
 	w.lease = lease;
+	w.req_ttl = req_ttl;
 	w.ttl = ttl;
 	w.key = lock_key(name, *lease);
 	w.ka_interval_ms = Max(200L, (long) *ttl * 1000 / 3);
-	w.next_ka = TimestampTzPlusMilliseconds(now, w.ka_interval_ms);
+	/* a session lease used before is renewed now, with the lock request */
+	w.next_ka = renew_now ? now :
+		TimestampTzPlusMilliseconds(now, w.ka_interval_ms);
 	if (wait_ms >= 0)
 		w.deadline = TimestampTzPlusMilliseconds(now, wait_ms);
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
@@ -547,6 +579,39 @@ etcd_lock_check_args(const char *name, int ttl)
 }
 
 /*
+ * The session lease for a lock of ttl seconds, renewed if it was used
+ * before (so that every lock on it lives ttl seconds from now on).  If etcd says it is gone, every lock on it is lost (LF003 for
+ * each); one that carried no lock is replaced by a new lease.
+ */
+static int64
+renewed_session_lease(int ttl, int *granted_ttl, bool *fresh)
+{
+	int64		lease = etcd_session_lease(ttl, granted_ttl, fresh);
+	int64		left;
+
+	if (*fresh || etcd_lease_keepalive(lease, &left))
+		return lease;
+	etcd_session_lease_lost(lease, "expired or was revoked");
+	return etcd_session_lease(ttl, granted_ttl, fresh);
+}
+
+/*
+ * A try-lock found the name taken: remove our key, by revoking the lease
+ * if it was granted for this call, else by deleting the key alone.
+ */
+static void
+remove_queued_key(int64 lease, const char *key, bool fresh)
+{
+	bool		deleted;
+
+	if (!fresh)
+		(void) etcd_lease_delete_key(lease, key, etcd_request_timeout_ms,
+									 false, &deleted);
+	else
+		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+}
+
+/*
  * Acquire the named lock (waiting, or only if free at once when
  * try_only).  Returns false when try_only and the lock is taken.  The
  * lock is returned pending: the caller hands it over with etcd_lock_hand_over() once
@@ -559,45 +624,57 @@ etcd_lock_check_args(const char *name, int ttl)
  */
 bool
 etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
-		EtcdLockResult *res)
+				  EtcdLockResult *res)
 {
 	int			granted_ttl;
 	volatile int64 lease = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 	TimestampTz started = GetCurrentTimestamp();
 	volatile bool got = false;
+	bool		fresh;
 
 	etcd_lock_check_args(name, ttl);
+	lease = renewed_session_lease(ttl, &granted_ttl, &fresh);
+	if (etcd_session_holds_key(lease, lock_key(name, lease)))
+	{
+		/*
+		 * This session already holds the name on its session lease: the
+		 * same key cannot carry a second lock.  Contend with it as any
+		 * other session would, under a lease of this lock's own, revoked
+		 * when the lock is released.
+		 */
+		lease = etcd_lease_grant(ttl, &granted_ttl);
+		etcd_session_track(lease, 0);
+		fresh = true;
+	}
 
 	PG_TRY();
 	{
 		char	   *key;
 
-		lease = etcd_lease_grant(ttl, &granted_ttl);
 		if (try_only)
 		{
 			key = lock_key(name, lease);
 			create_lock_key(name, lease);
 		}
 		else
-			key = wait_for_lock(name, &lease, &granted_ttl, wait_ms);
+			key = wait_for_lock(name, &lease, ttl, &granted_ttl, wait_ms,
+								false);
 
 		got = confirm_lock(name, key, lease, try_only, &res->token);
 		res->key = key;
 		res->lease = lease;
+		res->fresh_lease = fresh;
 		if (got)
-			etcd_session_set_pending(lease, true);
+			etcd_session_lock_acquired(lease, key, res->token);
 		else
-		{
-			/* taken: remove our key and lease */
-			(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
-		}
+			remove_queued_key(lease, key, fresh);
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
 		lockfence_metrics_etcd_acquire_failed();
-		etcd_lock_release_after_error(lease);
+		etcd_lock_release_after_error(lease, lock_key(name, lease), !fresh);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -607,7 +684,6 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		long		secs;
 		int			usecs;
 
-		etcd_session_mark_acquired(res->lease, res->key);
 		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
 		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
 	}
@@ -616,12 +692,13 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 
 
 /*
- * The SQL caller has the lock now: it is no longer released on errors.
+ * The SQL caller has the lock now: it is no longer released on errors,
+ * but, if xact_scope, when the transaction that took it ends.
  */
 void
-etcd_lock_hand_over(EtcdLockResult *res)
+etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope)
 {
-	etcd_session_set_pending(res->lease, false);
+	etcd_session_lock_handed_over(res->key, xact_scope);
 }
 
 /*
@@ -679,8 +756,7 @@ unlock_gone(const char *key, const char *detail)
 
 /*
  * Revoke the lease of a lock key that was just deleted.  A lease of this
- * session that merely carries the key (it holds another lock key) is left
- * alone.  If the revocation fails (cancel included), it is tried again
+ * session is left alone: it is the session lease of our other locks.  If the revocation fails (cancel included), it is tried again
  * quietly before the error propagates: the caller asked for the release.
  */
 static void
@@ -688,9 +764,14 @@ revoke_released_lease(const char *key, int64 lease)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
-	if (lease <= 0 ||
-		(etcd_session_owns(lease) && !etcd_session_holds_key(lease, key)))
+	if (lease <= 0)
 		return;
+	if (etcd_session_owns(lease))
+	{
+		/* our session lease: keep it for our other locks */
+		etcd_session_lock_released(key);
+		return;
+	}
 	PG_TRY();
 	{
 		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
@@ -705,29 +786,29 @@ revoke_released_lease(const char *key, int64 lease)
 }
 
 /*
- * Unlock a key this session acquired: its lease was granted for that key
- * alone, so revoking the lease deletes the key too, in one request (a
- * revoke of a lease etcd no longer knows means the key is gone already).
+ * Unlock a key this session holds: delete it, in one request that
+ * compares its lease, and keep the session lease for the next lock.
  */
 static bool
 unlock_own_key(const char *key, int64 lease)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		found = false;
+	bool		deleted = false;
 
 	PG_TRY();
 	{
-		(void) etcd_lease_revoke_found(lease, etcd_request_timeout_ms,
-									   false, &found);
+		(void) etcd_lease_delete_key(lease, key, etcd_request_timeout_ms,
+									 false, &deleted);
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(lease);
+		etcd_lock_release_after_error(lease, key, true);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (!found)
+	etcd_session_lock_released(key);
+	if (!deleted)
 		return unlock_gone(key, "The lock was lost when its lease expired.");
 	return true;
 }

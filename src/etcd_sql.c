@@ -81,7 +81,7 @@ wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
  * fails, the lock is released.
  */
 static void
-return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res)
+return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res, bool xact_scope)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	MemoryContext cxt = CurrentMemoryContext;
@@ -99,11 +99,38 @@ return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(res->lease);
+		etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	etcd_lock_hand_over(res);
+	etcd_lock_hand_over(res, xact_scope);
+}
+
+/*
+ * The scope argument (argument argno): true for 'transaction', false for
+ * 'session'.  Without it (SQL of an older version installed), dflt.
+ */
+static bool
+xact_scope_arg(FunctionCallInfo fcinfo, int argno, bool dflt)
+{
+	char	   *scope;
+
+	if (PG_NARGS() <= argno)
+		return dflt;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("scope must not be null")));
+	scope = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(scope, "transaction") == 0)
+		return true;
+	if (strcmp(scope, "session") == 0)
+		return false;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid etcd lock scope \"%s\"", scope),
+			 errhint("The scope is \"session\" or \"transaction\".")));
+	return false;				/* not reached */
 }
 
 /*
@@ -121,11 +148,12 @@ lock_args(FunctionCallInfo fcinfo, char **name, int *ttl)
 }
 
 /*
- * lockfence.etcd_lock(name, ttl_seconds, wait_timeout)
+ * lockfence.etcd_lock(name, ttl_seconds, wait_timeout, scope)
  *		-> TABLE(key, lease, token)
  *
  * Blocks until this session holds the named lock, keeping the waiting
- * lease alive.  Returns exactly one row.
+ * lease alive.  Returns exactly one row.  A transaction-scoped lock is
+ * released when the transaction that took it ends.
  */
 Datum
 lockfence_etcd_lock(PG_FUNCTION_ARGS)
@@ -133,19 +161,22 @@ lockfence_etcd_lock(PG_FUNCTION_ARGS)
 	char	   *name;
 	int			ttl;
 	long		wait_ms;
+	bool		xact_scope;
 	EtcdLockResult res;
 
 	lock_args(fcinfo, &name, &ttl);
 	wait_ms = wait_timeout_ms(fcinfo, 2);
+	xact_scope = xact_scope_arg(fcinfo, 3, false);
 	InitMaterializedSRF(fcinfo, 0);
 
 	(void) etcd_lock_acquire(name, ttl, wait_ms, false, &res);
-	return_lock_row(fcinfo, &res);
+	return_lock_row(fcinfo, &res, xact_scope);
 	return (Datum) 0;
 }
 
 /*
- * lockfence.etcd_try_lock(name, ttl_seconds) -> TABLE(key, lease, token)
+ * lockfence.etcd_try_lock(name, ttl_seconds, scope)
+ *		-> TABLE(key, lease, token)
  *
  * One row when the lock was free and is now ours; no row (and nothing of
  * ours left in etcd) when someone else holds or waits for it.
@@ -157,13 +188,15 @@ lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
 	int			ttl;
 	EtcdLockResult res;
 	bool		got;
+	bool		xact_scope;
 
 	lock_args(fcinfo, &name, &ttl);
+	xact_scope = xact_scope_arg(fcinfo, 2, false);
 	InitMaterializedSRF(fcinfo, 0);
 
 	got = etcd_lock_acquire(name, ttl, 0, true, &res);
 	if (got)
-		return_lock_row(fcinfo, &res);
+		return_lock_row(fcinfo, &res, xact_scope);
 	return (Datum) 0;
 }
 
@@ -192,8 +225,8 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 }
 
 /*
- * lockfence.etcd_lock_and_fence(name, resource, ttl_seconds, wait_timeout)
- *		-> bigint
+ * lockfence.etcd_lock_and_fence(name, resource, ttl_seconds, wait_timeout,
+ *							  scope DEFAULT 'transaction') -> bigint
  *
  * etcd_lock, then lockfence.fence(resource, token, holder => key) in the
  * current transaction; returns the token.  Every argument is checked
@@ -210,6 +243,7 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	char	   *resource;
 	int			ttl;
 	long		wait_ms;
+	bool		xact_scope;
 	EtcdLockResult res;
 	MemoryContext cxt = CurrentMemoryContext;
 
@@ -234,6 +268,8 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 				 errdetail("The lock key, the name followed by \"/\" and up to 16 hexadecimal digits, is the fence's holder, which is limited to %d bytes.",
 						   LOCKFENCE_MAX_HOLDER_BYTES)));
 	wait_ms = wait_timeout_ms(fcinfo, 3);
+	/* 1.2 SQL has scope, defaulting to 'transaction'; older SQL had none */
+	xact_scope = xact_scope_arg(fcinfo, 4, false);
 
 	(void) etcd_lock_acquire(name, ttl, wait_ms, false, &res);
 	PG_TRY();
@@ -246,11 +282,12 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(res.lease);
+		etcd_lock_release_after_error(res.lease, res.key, !res.fresh_lease);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	etcd_lock_hand_over(&res);
+	etcd_lock_hand_over(&res, xact_scope);
+	etcd_session_lock_fenced(res.key);
 	PG_RETURN_INT64(res.token);
 }
 
