@@ -358,7 +358,7 @@ lock_wait_keepalive(LockWait *w)
 		if (left == ETCD_KA_GONE)
 		{
 			/* every lock on the session lease is lost with it */
-			etcd_session_lease_lost(*w->lease, "expired or was revoked");
+			etcd_session_lease_lost(*w->lease, "expired or was revoked", false);
 			report_lock_lost(w->name, w->key,
 							 "The lease of the lock key expired or was revoked while waiting.");
 		}
@@ -591,7 +591,7 @@ renewed_session_lease(int ttl, int *granted_ttl, bool *fresh)
 
 	if (*fresh || etcd_lease_keepalive(lease, &left))
 		return lease;
-	etcd_session_lease_lost(lease, "expired or was revoked");
+	etcd_session_lease_lost(lease, "expired or was revoked", false);
 	return etcd_session_lease(ttl, granted_ttl, fresh);
 }
 

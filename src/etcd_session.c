@@ -225,14 +225,18 @@ lock_list(int64 lease)
 
 /*
  * A lease of ours is gone: forget it and every lock on it, and if any was
- * held, raise LF003 naming each.  what says how we know.
+ * held, raise LF003 naming each.  what says how we know.  When it is only
+ * presumed gone (not renewed for its TTL), revoke it quietly as well, so
+ * that keys etcd may still keep a little longer block nobody.
  */
 void
-etcd_session_lease_lost(int64 lease, const char *what)
+etcd_session_lease_lost(int64 lease, const char *what, bool revoke)
 {
 	char	   *lost = lock_list(lease);
 
 	etcd_session_untrack(lease);
+	if (revoke)
+		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
 	if (lost[0] != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
@@ -266,7 +270,8 @@ etcd_session_lease(int ttl, int *granted_ttl, bool *fresh)
 			continue;	/* alive, or a lease of one lock (not a session's) */
 		if (locks_on(l->lease) > 0)
 			etcd_session_lease_lost(l->lease,
-									"was not renewed for longer than its TTL");
+									"was not renewed for longer than its TTL",
+									true);
 		/* expired by itself: nothing to revoke */
 		etcd_session_untrack(l->lease);
 	}
