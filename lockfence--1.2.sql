@@ -706,6 +706,55 @@ REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_keepalive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval) FROM PUBLIC;
 
+-- etcd round 2
+
+-- Transaction-scoped locks: etcd_lock, etcd_try_lock and
+-- etcd_lock_and_fence gain scope ('session' or 'transaction').  A
+-- transaction-scoped lock is released when the transaction that took it
+-- ends (after a commit, once the commit is durable; a failed release never
+-- turns the commit into an error, the TTL frees the lock), like
+-- pg_advisory_xact_lock, so it works behind a transaction-pooling
+-- connection pooler.  etcd_lock_and_fence defaults to 'transaction': its
+-- fence is transactional anyway.  Dropping the old signatures drops their
+-- grants: re-grant EXECUTE to the roles that had it.
+DROP FUNCTION lockfence.etcd_lock(text, integer, interval);
+DROP FUNCTION lockfence.etcd_try_lock(text, integer);
+DROP FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval);
+
+CREATE FUNCTION lockfence.etcd_lock(name text, ttl_seconds integer DEFAULT 30,
+                                    wait_timeout interval DEFAULT NULL,
+                                    scope text DEFAULT 'session')
+RETURNS TABLE (key text, lease bigint, token bigint)
+AS 'MODULE_PATHNAME', 'lockfence_etcd_lock'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
+
+COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) IS
+    'Acquire an etcd lock (waits); returns its key, lease and fencing token; scope session or transaction';
+
+CREATE FUNCTION lockfence.etcd_try_lock(name text, ttl_seconds integer DEFAULT 30,
+                                        scope text DEFAULT 'session')
+RETURNS TABLE (key text, lease bigint, token bigint)
+AS 'MODULE_PATHNAME', 'lockfence_etcd_try_lock'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
+
+COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer, text) IS
+    'Acquire an etcd lock if free at once; no row when it is taken; scope session or transaction';
+
+CREATE FUNCTION lockfence.etcd_lock_and_fence(name text, resource text,
+                                              ttl_seconds integer DEFAULT 30,
+                                              wait_timeout interval DEFAULT NULL,
+                                              scope text DEFAULT 'transaction')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_etcd_lock_and_fence'
+LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval, text) IS
+    'Acquire an etcd lock and fence a resource with its token; returns the token; the lock is transaction-scoped by default';
+
+REVOKE ALL ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.etcd_try_lock(text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval, text) FROM PUBLIC;
+
 -- deployment checks
 
 -- Remove a table's protection: its lockfence triggers, and the TRUNCATE

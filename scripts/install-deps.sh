@@ -18,6 +18,7 @@ packages=(
 	libcurl4-openssl-dev
 	libipc-run-perl
 	etcd-server etcd-client
+	pgbouncer
 	redis-server
 	zookeeper
 	python3-psycopg python3-redis python3-kazoo python3-yaml

@@ -8,8 +8,18 @@
  *	etcd_http.c		libcurl transport: curl multi driven by a WaitEventSet
  *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
  *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
- *	etcd_session.c	leases granted by this backend, revoked at exit
- *	etcd_lock.c		the lock protocol and the SQL-callable functions
+ *	etcd_lease.c	lease RPCs: grant, keepalive, revoke
+ *	etcd_session.c	session leases (one per TTL) and the locks held on them;
+ *					transaction-scoped release; revocation at exit
+ *	etcd_commit_check.c	the commit-time lock check
+ *	etcd_lock.c		the lock protocol (acquire, confirm, unlock)
+ *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
+ *
+ * Everything declared here is internal to the library: with GCC and
+ * Clang it gets hidden visibility, so the shared object exports only
+ * _PG_init, the magic block and the SQL-callable functions (declared by
+ * PG_FUNCTION_INFO_V1 outside this header), whatever the PostgreSQL
+ * major's default visibility.
  *
  * IDENTIFICATION
  *	  src/etcd.h
@@ -24,6 +34,11 @@
 #include "compat.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(hidden)
+#endif
 
 /* Largest reply body accepted from etcd, in bytes. */
 #define ETCD_MAX_REPLY_BYTES	(1024 * 1024)
@@ -34,8 +49,52 @@
 /* Longest lock name accepted, in bytes. */
 #define ETCD_MAX_NAME_BYTES		1024
 
+/* gRPC status codes etcd reports (the "code" of an error reply) */
+#define GRPC_INVALID_ARGUMENT	3
+#define GRPC_DEADLINE_EXCEEDED	4
+#define GRPC_NOT_FOUND			5
+#define GRPC_PERMISSION_DENIED	7
+#define GRPC_FAILED_PRECONDITION 9
+#define GRPC_UNAVAILABLE		14
+#define GRPC_UNAUTHENTICATED	16
+
+/* Pause after every endpoint failed once, before trying them again. */
+#define ETCD_RETRY_PAUSE_MS		200
+
+/* Time allowed for revoking our lease after a failed acquisition. */
+#define ETCD_CLEANUP_MS			1000
+
+/*
+ * Time allowed for revoking a lease quietly after a cancel, a termination
+ * or an abort: short, so that the interrupt takes effect at once whatever
+ * etcd does.  A lease that is not revoked in time is revoked at exit, or
+ * expires with its TTL.
+ */
+#define ETCD_PENDING_RELEASE_MS	50
+
 /* etcd_guc.c */
+
+/*
+ * lockfence.etcd_endpoints, parsed once by its check hook (the GUC's extra
+ * data): count URLs without trailing slashes.
+ */
+typedef struct EtcdEndpointList
+{
+	int			count;
+	const char *url[FLEXIBLE_ARRAY_MEMBER];
+} EtcdEndpointList;
+
+/* lockfence.etcd_check_at_commit */
+typedef enum EtcdCheckAtCommit
+{
+	ETCD_CHECK_OFF,
+	ETCD_CHECK_LOCK_AND_FENCE,
+	ETCD_CHECK_ALL_FENCED
+} EtcdCheckAtCommit;
+
+extern int	etcd_check_at_commit;
 extern char *etcd_endpoints;
+extern const EtcdEndpointList *etcd_endpoint_list;
 extern int	etcd_connect_timeout_ms;
 extern int	etcd_request_timeout_ms;
 extern char *etcd_cafile;
@@ -82,9 +141,40 @@ typedef struct EtcdReply
 	const char *endpoint;		/* endpoint that answered */
 } EtcdReply;
 
+/*
+ * The retry policy shared by every request: after a failure, move to the
+ * next endpoint at once, pausing ETCD_RETRY_PAUSE_MS after each full round
+ * of failed endpoints, until the deadline.
+ */
+typedef struct EtcdRetry
+{
+	int			n_endpoints;
+	int			failures;		/* failed attempts in a row */
+	int			tls_failures;	/* of which TLS certificate failures */
+	long		window_ms;		/* retry for this long ... */
+	TimestampTz deadline;		/* ... until this; 0: from the first failure */
+} EtcdRetry;
+
+/* What to do after an error answer (etcd_reply_error_action) */
+typedef enum EtcdErrorAction
+{
+	ETCD_ERROR_FINAL,			/* report it */
+	ETCD_ERROR_RETRY,			/* transient: retry per the policy */
+	ETCD_ERROR_REAUTH			/* the auth token was dropped: send again */
+} EtcdErrorAction;
+
 extern int	etcd_endpoint_count(void);
 extern const char *etcd_current_endpoint(void);
 extern void etcd_next_endpoint(void);
+extern void etcd_endpoints_changed(void);
+extern void etcd_retry_init(EtcdRetry *retry, long window_ms,
+							bool from_first_failure);
+extern bool etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at);
+extern bool etcd_retry_tls_exhausted(EtcdRetry *retry);
+extern bool etcd_reply_fill_error(EtcdReply *reply, long http_code,
+								  Jsonb *jb, const char *endpoint);
+extern EtcdErrorAction etcd_reply_error_action(EtcdReply *reply,
+											   bool may_reauth);
 extern const char *etcd_auth_token(bool quiet);
 extern void etcd_forget_auth_token(void);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
@@ -129,30 +219,79 @@ extern char *etcd_b64_decode(const char *b64, int *len);
 extern char *etcd_json_bytes(JsonbContainer *c, const char *key, int *len);
 pg_noreturn extern void etcd_malformed_reply(const char *what, const char *detail);
 
-/* etcd_session.c */
+/* etcd_lease.c */
+/* etcd_lease_keepalive_finish's answers besides a TTL */
+#define ETCD_KA_FAILED		(-1)	/* an error answer, or no connection */
+#define ETCD_KA_NO_ANSWER	(-2)	/* the member did not answer in time */
+#define ETCD_KA_GONE		(-3)	/* etcd says the lease is gone */
 
-/*
- * Time allowed for revoking a lease quietly after a cancel, a termination
- * or an abort: short, so that the interrupt takes effect at once whatever
- * etcd does.  A lease that is not revoked in time is revoked at exit, or
- * expires with its TTL.
- */
-#define ETCD_PENDING_RELEASE_MS	50
-
-extern void etcd_session_init(void);
-extern void etcd_session_track(int64 lease);
-extern void etcd_session_mark_acquired(int64 lease, const char *key);
-extern void etcd_session_untrack(int64 lease);
-extern bool etcd_session_owns(int64 lease);
-extern bool etcd_session_holds_key(int64 lease, const char *key);
-extern void etcd_session_set_pending(int64 lease, bool pending);
-extern void etcd_session_exit_cleanup_begins(void);
-
-/* etcd_lock.c */
 extern int64 etcd_lease_grant(int ttl, int *granted_ttl);
 extern bool etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet);
 extern bool etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
 									bool *found);
 extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
+extern EtcdHttpReq *etcd_lease_keepalive_start(int64 lease, long interval_ms);
+extern int64 etcd_lease_keepalive_finish(EtcdHttpReq *req);
+extern long etcd_cleanup_budget_ms(void);
+extern void etcd_lease_revoke_after_error(int64 lease);
+extern bool etcd_lease_delete_key(int64 lease, const char *key,
+								  long timeout_ms, bool quiet, bool *deleted);
+
+/* etcd_session.c: session leases and the locks held on them */
+extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
+extern void etcd_session_track(int64 lease, int ttl);
+extern void etcd_session_untrack(int64 lease);
+extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
+extern void etcd_session_lease_lost(int64 lease, const char *what,
+									bool revoke);
+extern void etcd_session_retire(int64 lease);
+extern void etcd_session_lock_acquired(int64 lease, const char *key,
+									   int64 token);
+extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
+extern void etcd_session_lock_released(const char *key);
+extern bool etcd_session_lease_shared(int64 lease, const char *key);
+extern void etcd_session_release_quietly(int64 lease, const char *key,
+										 long budget_ms, bool keep_lease);
+extern bool etcd_session_owns(int64 lease);
+extern bool etcd_session_holds_key(int64 lease, const char *key);
+extern void etcd_session_exit_cleanup_begins(void);
+extern void etcd_session_lock_fenced(const char *key);
+
+/* A lock to confirm at commit */
+typedef struct EtcdCheckedLock
+{
+	char	   *key;
+	int64		lease;
+	int64		token;
+	bool		fenced;			/* fenced by etcd_lock_and_fence */
+} EtcdCheckedLock;
+
+extern int	etcd_session_locks_to_check(bool all, EtcdCheckedLock **out);
+
+/* etcd_commit_check.c */
+extern void etcd_commit_check(void);
+
+/* etcd_lock.c */
+
+/* What an acquisition produced. */
+typedef struct EtcdLockResult
+{
+	char	   *key;			/* "<name>/<lease hex>" */
+	int64		lease;
+	int64		token;			/* create_revision of key */
+	bool		fresh_lease;	/* lease granted for this lock */
+} EtcdLockResult;
+
+extern void etcd_lock_check_args(const char *name, int ttl);
+extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
+							  bool try_only, EtcdLockResult *res);
+extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
+extern void etcd_lock_release_after_error(int64 lease, const char *key,
+										  bool keep_lease);
+extern bool etcd_unlock_key(const char *key, bool force);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #endif							/* LOCKFENCE_ETCD_H */

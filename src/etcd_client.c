@@ -38,87 +38,32 @@
 
 #include "etcd.h"
 
-/* gRPC status codes etcd reports */
-#define GRPC_INVALID_ARGUMENT	3
-#define GRPC_DEADLINE_EXCEEDED	4
-#define GRPC_NOT_FOUND			5
-#define GRPC_PERMISSION_DENIED	7
-#define GRPC_FAILED_PRECONDITION 9
-#define GRPC_UNAVAILABLE		14
-#define GRPC_UNAUTHENTICATED	16
-
-/* Pause after every endpoint failed once, before trying them again. */
-#define ETCD_RETRY_PAUSE_MS		200
-
-/* Parsed copy of lockfence.etcd_endpoints, in TopMemoryContext. */
-static char *parsed_from = NULL;
-static char **endpoints = NULL;
-static int	n_endpoints = 0;
+/*
+ * Endpoint requests currently go to, an index into etcd_endpoint_list
+ * (reset when the list changes).
+ */
 static int	cur_endpoint = 0;
 
 /* Cached etcd auth token, in TopMemoryContext. */
 static char *auth_token = NULL;
 
-static void parse_endpoints(void);
-
 /*
- * (Re)parse the endpoint list when the setting changed.
+ * lockfence.etcd_endpoints changed (assign hook): start again from the
+ * first endpoint.
  */
-static void
-parse_endpoints(void)
+void
+etcd_endpoints_changed(void)
 {
-	MemoryContext old;
-	char	   *copy;
-	char	   *tok;
-	char	   *save;
-	int			i;
-
-	if (parsed_from && strcmp(parsed_from, etcd_endpoints) == 0)
-		return;
-
-	if (parsed_from)
-	{
-		for (i = 0; i < n_endpoints; i++)
-			pfree(endpoints[i]);
-		pfree(endpoints);
-		pfree(parsed_from);
-		parsed_from = NULL;
-	}
-
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	copy = pstrdup(etcd_endpoints);
-	endpoints = palloc(sizeof(char *) * (strlen(copy) / 2 + 1));
-	n_endpoints = 0;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-	{
-		char	   *p;
-
-		while (*tok == ' ')
-			tok++;
-		for (p = tok + strlen(tok); p > tok && (p[-1] == ' ' || p[-1] == '/'); p--)
-			p[-1] = '\0';
-		if (*tok)
-			endpoints[n_endpoints++] = pstrdup(tok);
-	}
-	pfree(copy);
-	parsed_from = pstrdup(etcd_endpoints);
-	MemoryContextSwitchTo(old);
-
-	if (n_endpoints == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lockfence.etcd_endpoints lists no endpoint")));
 	cur_endpoint = 0;
 }
 
 /*
- * Number of configured endpoints.
+ * Number of configured endpoints (the check hook ensures at least one).
  */
 int
 etcd_endpoint_count(void)
 {
-	parse_endpoints();
-	return n_endpoints;
+	return etcd_endpoint_list ? etcd_endpoint_list->count : 0;
 }
 
 /*
@@ -127,8 +72,11 @@ etcd_endpoint_count(void)
 const char *
 etcd_current_endpoint(void)
 {
-	parse_endpoints();
-	return endpoints[cur_endpoint % n_endpoints];
+	if (etcd_endpoint_count() == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lockfence.etcd_endpoints lists no endpoint")));
+	return etcd_endpoint_list->url[cur_endpoint % etcd_endpoint_list->count];
 }
 
 /*
@@ -137,8 +85,57 @@ etcd_current_endpoint(void)
 void
 etcd_next_endpoint(void)
 {
-	parse_endpoints();
-	cur_endpoint = (cur_endpoint + 1) % n_endpoints;
+	int			n = etcd_endpoint_count();
+
+	if (n > 0)
+		cur_endpoint = (cur_endpoint + 1) % n;
+}
+
+/*
+ * Start a retry policy: retries for window_ms, counted from now, or from
+ * the first failure of a series when from_first_failure (a lock wait,
+ * which may last long before anything fails).
+ */
+void
+etcd_retry_init(EtcdRetry *retry, long window_ms, bool from_first_failure)
+{
+	retry->n_endpoints = Max(etcd_endpoint_count(), 1);
+	retry->failures = 0;
+	retry->tls_failures = 0;
+	retry->window_ms = window_ms;
+	retry->deadline = from_first_failure ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), window_ms);
+}
+
+/*
+ * After a failed attempt: may the request be sent again, and when?  It
+ * moves to the next endpoint at once, and *retry_at is now, or
+ * ETCD_RETRY_PAUSE_MS from now after each full round of failed endpoints.
+ * Returns false when no retry fits before the deadline.
+ */
+bool
+etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (retry->failures++ == 0 && retry->deadline == 0)
+		retry->deadline = TimestampTzPlusMilliseconds(now, retry->window_ms);
+	etcd_next_endpoint();
+	if (now >= retry->deadline)
+		return false;
+	*retry_at = (retry->failures % retry->n_endpoints == 0) ?
+		TimestampTzPlusMilliseconds(now, ETCD_RETRY_PAUSE_MS) : now;
+	return *retry_at <= retry->deadline;
+}
+
+/*
+ * After a TLS certificate failure: true when every endpoint has refused
+ * once, so that retrying is pointless (certificates do not change).
+ */
+bool
+etcd_retry_tls_exhausted(EtcdRetry *retry)
+{
+	return ++retry->tls_failures >= retry->n_endpoints;
 }
 
 /*
@@ -306,21 +303,28 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 }
 
 /*
- * Fill in grpc_code and error_text from an error reply's JSON, if any.
+ * The one parser of etcd's error answers: fill in *reply from an HTTP
+ * status and the reply's JSON (NULL if the body is not a JSON object):
+ * grpc_code from "code", error_text from "message" or else "error".
  * Never raises an error: returns false when a field etcd's error replies
  * carry has the wrong type (a malformed reply).
  */
-static bool
-read_error_fields(EtcdReply *reply)
+bool
+etcd_reply_fill_error(EtcdReply *reply, long http_code, Jsonb *jb,
+					  const char *endpoint)
 {
 	JsonbContainer *root;
 	int64		code = 0;
 	char	   *text = NULL;
 	EtcdFieldStatus st;
 
-	if (reply->json == NULL)
+	memset(reply, 0, sizeof(EtcdReply));
+	reply->http_code = http_code;
+	reply->endpoint = endpoint;
+	reply->json = jb;
+	if (jb == NULL)
 		return true;
-	root = &reply->json->root;
+	root = &jb->root;
 	st = etcd_json_get_int64(root, "code", &code);
 	if (st == ETCD_FIELD_BAD || code < PG_INT32_MIN || code > PG_INT32_MAX)
 		return false;
@@ -333,6 +337,28 @@ read_error_fields(EtcdReply *reply)
 		return false;
 	reply->error_text = text;
 	return true;
+}
+
+/*
+ * What to do after an error answer.  An auth token etcd no longer accepts
+ * is dropped (when may_reauth) so that the next attempt authenticates
+ * again; a failure that lasts only as long as a leader election is
+ * retried; anything else is final.
+ */
+EtcdErrorAction
+etcd_reply_error_action(EtcdReply *reply, bool may_reauth)
+{
+	if (may_reauth && etcd_reply_auth_invalid(reply))
+	{
+		elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
+			 reply->error_text ? reply->error_text : "no message");
+		etcd_forget_auth_token();
+		return ETCD_ERROR_REAUTH;
+	}
+	if (etcd_transient_failure(reply->http_code, reply->grpc_code,
+							   reply->error_text))
+		return ETCD_ERROR_RETRY;
+	return ETCD_ERROR_FINAL;
 }
 
 /*
@@ -649,6 +675,112 @@ exchange(const char *path, const char *body, const char *token,
 	return st;
 }
 
+/* What etcd_call does after an HTTP answer (call_answered) */
+typedef enum CallStep
+{
+	CALL_SUCCEEDED,				/* a 200 reply to this request */
+	CALL_FAILED,				/* return false with the reply */
+	CALL_RETRY,					/* transient: per the retry policy */
+	CALL_REAUTH					/* the auth token was dropped: send again */
+} CallStep;
+
+/*
+ * Look at an HTTP answer to etcd_call's request and fill in *reply.  A
+ * malformed reply (or one to another request) raises an error, unless
+ * quiet: then the connections are dropped and *reply is cleared.
+ */
+static CallStep
+call_answered(const char *path, const char *body, const char *endpoint,
+			  char *resp, int resp_len, long http_code, bool may_reauth,
+			  bool quiet, EtcdReply *reply)
+{
+	Jsonb	   *jb = NULL;
+	const char *why = NULL;
+	bool		parsed;
+
+	parsed = etcd_parse_reply_from(resp, resp_len, path, endpoint, &jb, &why);
+	if (http_code == 200 && parsed && etcd_reply_matches(path, body, jb, &why))
+	{
+		memset(reply, 0, sizeof(EtcdReply));
+		reply->http_code = http_code;
+		reply->endpoint = endpoint;
+		reply->json = jb;
+		return CALL_SUCCEEDED;
+	}
+	if (!etcd_reply_fill_error(reply, http_code, parsed ? jb : NULL,
+							   endpoint) || http_code == 200)
+	{
+		if (why == NULL)
+			why = "The error reply's \"code\" or \"message\" field has the wrong type.";
+		if (quiet)
+		{
+			etcd_http_forget_connections();
+			memset(reply, 0, sizeof(EtcdReply));
+			return CALL_FAILED;
+		}
+		etcd_malformed_reply(path, psprintf("%s Endpoint: %s.", why, endpoint));
+	}
+	switch (etcd_reply_error_action(reply, may_reauth))
+	{
+		case ETCD_ERROR_REAUTH:
+			return CALL_REAUTH;
+		case ETCD_ERROR_RETRY:
+			return CALL_RETRY;
+		default:
+			return CALL_FAILED;
+	}
+}
+
+/*
+ * etcd_call's attempt got no HTTP answer.  A reply too large, or a TLS
+ * failure on every endpoint, is final: raised, or if quiet, true is
+ * returned.  Otherwise the failure is remembered in *last_st and
+ * *last_err for the final error (and an earlier error answer in *reply
+ * forgotten), unless it is the call's own timeout expiring after an
+ * earlier, more telling failure.
+ */
+static bool
+call_transport_failed(const char *path, EtcdHttpStatus st, char *errtext,
+					  const char *endpoint, bool quiet, EtcdRetry *retry,
+					  EtcdHttpStatus *last_st, char **last_err,
+					  EtcdReply *reply)
+{
+	if (st == ETCD_HTTP_TOO_LARGE ||
+		(st == ETCD_HTTP_TLS_FAILED && etcd_retry_tls_exhausted(retry)))
+	{
+		/* each endpoint failed certificate checks: give up at once */
+		if (quiet)
+			return true;
+		etcd_report_transport_error(path, st, endpoint,
+									st == ETCD_HTTP_TOO_LARGE ? NULL : errtext);
+	}
+	if (st != ETCD_HTTP_TIMED_OUT || *last_err == NULL ||
+		GetCurrentTimestamp() < retry->deadline)
+	{
+		*last_st = st;
+		*last_err = errtext;
+		reply->http_code = 0;
+	}
+	return false;
+}
+
+/*
+ * Wait until a retry is due, serving interrupts unless quiet.
+ */
+static void
+call_pause(TimestampTz until, bool quiet)
+{
+	while (GetCurrentTimestamp() < until)
+	{
+		long		ms = (long) ((until - GetCurrentTimestamp()) / 1000);
+
+		if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
+			CHECK_FOR_INTERRUPTS();
+	}
+	if (!quiet)
+		CHECK_FOR_INTERRUPTS();
+}
+
 /*
  * Post body to path and wait for the answer, for at most timeout_ms,
  * failing over between endpoints.
@@ -669,21 +801,18 @@ bool
 etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		  EtcdReply *reply)
 {
-	TimestampTz deadline;
+	EtcdRetry	retry;
 	long		attempt_ms;
 	bool		is_auth = strcmp(path, "/v3/auth/authenticate") == 0;
 	bool		refreshed = false;
 	EtcdHttpStatus last_st = ETCD_HTTP_FAILED;
 	char	   *last_err = NULL;
 	const char *last_endpoint = NULL;
-	int			failures = 0;
-	int			tls_failures = 0;
-	int			n;
+	TimestampTz retry_at;
 
 	memset(reply, 0, sizeof(EtcdReply));
-	n = etcd_endpoint_count();
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	attempt_ms = etcd_attempt_timeout(timeout_ms, n);
+	etcd_retry_init(&retry, timeout_ms, false);
+	attempt_ms = etcd_attempt_timeout(timeout_ms, retry.n_endpoints);
 
 	for (;;)
 	{
@@ -702,108 +831,45 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		}
 
 		last_endpoint = etcd_current_endpoint();
-		st = exchange(path, body, token, deadline, attempt_ms, quiet,
+		st = exchange(path, body, token, retry.deadline, attempt_ms, quiet,
 					  &resp, &resp_len, &http_code, &errtext);
 
 		if (st == ETCD_HTTP_DONE)
 		{
-			Jsonb	   *jb = NULL;
-			const char *why = NULL;
-			bool		parsed;
-
-			parsed = etcd_parse_reply_from(resp, resp_len, path,
-										   last_endpoint, &jb, &why);
-			reply->http_code = http_code;
-			reply->endpoint = last_endpoint;
-			reply->json = parsed ? jb : NULL;
-
-			if (http_code == 200 && parsed &&
-				etcd_reply_matches(path, body, jb, &why))
-				return true;
-			if (http_code == 200 || !read_error_fields(reply))
+			switch (call_answered(path, body, last_endpoint, resp, resp_len,
+								  http_code,
+								  !is_auth && token && !refreshed, quiet,
+								  reply))
 			{
-				/* a malformed reply, or one to another request */
-				if (why == NULL)
-					why = "The error reply's \"code\" or \"message\" field has the wrong type.";
-				if (quiet)
-				{
-					etcd_http_forget_connections();
-					memset(reply, 0, sizeof(EtcdReply));
+				case CALL_SUCCEEDED:
+					return true;
+				case CALL_FAILED:
 					return false;
-				}
-				etcd_malformed_reply(path,
-									 psprintf("%s Endpoint: %s.", why,
-											  last_endpoint));
+				case CALL_REAUTH:
+					/* token expired or revoked: fetch a new one, once */
+					refreshed = true;
+					continue;
+				case CALL_RETRY:
+					break;
 			}
-
-			if (!is_auth && token && !refreshed &&
-				etcd_reply_auth_invalid(reply))
-			{
-				/* token expired or revoked: fetch a new one, once */
-				elog(DEBUG1, "etcd rejected the auth token (%s); authenticating again",
-					 reply->error_text ? reply->error_text : "no message");
-				etcd_forget_auth_token();
-				refreshed = true;
-				continue;
-			}
-			if (!etcd_transient_failure(reply->http_code, reply->grpc_code,
-										reply->error_text))
-				return false;
-
 			last_st = ETCD_HTTP_FAILED;
 			last_err = psprintf("HTTP %ld: %s", reply->http_code,
 								reply->error_text ? reply->error_text : "no message");
 		}
-		else if (st == ETCD_HTTP_TOO_LARGE)
+		else if (call_transport_failed(path, st, errtext, last_endpoint,
+									   quiet, &retry, &last_st, &last_err,
+									   reply))
 		{
-			if (quiet)
-				return false;
-			etcd_report_transport_error(path, st, last_endpoint, NULL);
-		}
-		else if (st == ETCD_HTTP_TLS_FAILED && ++tls_failures >= n)
-		{
-			/* each endpoint failed certificate checks: give up at once */
-			if (quiet)
-			{
-				memset(reply, 0, sizeof(EtcdReply));
-				return false;
-			}
-			etcd_report_transport_error(path, st, last_endpoint, errtext);
-		}
-		else if (st != ETCD_HTTP_TIMED_OUT || last_err == NULL ||
-				 GetCurrentTimestamp() < deadline)
-		{
-			last_st = st;
-			last_err = errtext;
-			reply->http_code = 0;
+			memset(reply, 0, sizeof(EtcdReply));
+			return false;
 		}
 
 		/* retry on the next endpoint while time remains */
 		elog(DEBUG1, "etcd request %s to %s failed: %s", path, last_endpoint,
 			 last_err ? last_err : "unknown error");
-		etcd_next_endpoint();
-		if (GetCurrentTimestamp() >= deadline)
+		if (!etcd_retry_next(&retry, &retry_at))
 			break;
-		if (++failures % n == 0)
-		{
-			/* every endpoint failed: pause before the next round */
-			TimestampTz pause_end;
-
-			pause_end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													ETCD_RETRY_PAUSE_MS);
-			if (pause_end > deadline)
-				break;
-			while (GetCurrentTimestamp() < pause_end)
-			{
-				long		ms;
-
-				ms = (long) ((pause_end - GetCurrentTimestamp()) / 1000);
-				if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
-					CHECK_FOR_INTERRUPTS();
-			}
-		}
-		else if (!quiet)
-			CHECK_FOR_INTERRUPTS();
+		call_pause(retry_at, quiet);
 	}
 
 	if (quiet)

@@ -33,6 +33,8 @@
 #include "lockfence.h"
 
 char	   *etcd_endpoints = NULL;
+int			etcd_check_at_commit = ETCD_CHECK_LOCK_AND_FENCE;
+const EtcdEndpointList *etcd_endpoint_list = NULL;
 int			etcd_connect_timeout_ms = 2000;
 int			etcd_request_timeout_ms = 5000;
 char	   *etcd_cafile = NULL;
@@ -66,13 +68,50 @@ typedef enum PasswordFileResult
 	PWFILE_NUL_BYTE
 } PasswordFileResult;
 
+static const struct config_enum_entry check_at_commit_options[] = {
+	{"off", ETCD_CHECK_OFF, false},
+	{"lock_and_fence", ETCD_CHECK_LOCK_AND_FENCE, false},
+	{"all_fenced", ETCD_CHECK_ALL_FENCED, false},
+	{NULL, 0, false}
+};
+
 static bool check_endpoints(char **newval, void **extra, GucSource source);
+static void assign_endpoints(const char *newval, void *extra);
 static bool check_password(char **newval, void **extra, GucSource source);
 static void assign_credentials(const char *newval, void *extra);
 
 /*
+ * Check one endpoint of lockfence.etcd_endpoints (surrounding spaces
+ * removed): an http:// or https:// URL without whitespace inside.
+ */
+static bool
+check_endpoint(const char *ep)
+{
+	const char *p;
+
+	if (pg_strncasecmp(ep, "http://", 7) != 0 &&
+		pg_strncasecmp(ep, "https://", 8) != 0)
+	{
+		GUC_check_errdetail("Endpoint \"%s\" does not start with http:// or https://.", ep);
+		return false;
+	}
+	for (p = ep; *p; p++)
+	{
+		if ((unsigned char) *p <= ' ' || *p == 0x7f)
+		{
+			GUC_check_errdetail("Endpoint \"%s\" contains a space or control character.", ep);
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
  * Check hook for lockfence.etcd_endpoints: a non-empty comma-separated list
- * of http:// or https:// URLs without whitespace inside.
+ * of http:// or https:// URLs without whitespace inside.  The list is
+ * parsed here, once, into the extra data (one malloc'd block, as the GUC
+ * machinery requires): the URLs without surrounding spaces or trailing
+ * slashes, which requests append their path to.
  */
 static bool
 check_endpoints(char **newval, void **extra, GucSource source)
@@ -81,6 +120,9 @@ check_endpoints(char **newval, void **extra, GucSource source)
 	char	   *tok;
 	char	   *save;
 	int			n = 0;
+	size_t		max_n;
+	EtcdEndpointList *list;
+	char	   *strings;
 
 	if (*newval == NULL || (*newval)[0] == '\0')
 	{
@@ -88,7 +130,19 @@ check_endpoints(char **newval, void **extra, GucSource source)
 		return false;
 	}
 
-	copy = pstrdup(*newval);
+	/* room for every URL (at most one per comma, plus one) and its text */
+	max_n = strlen(*newval) / 2 + 1;
+	list = malloc(offsetof(EtcdEndpointList, url) + max_n * sizeof(char *) +
+				  strlen(*newval) + 1);
+	if (list == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		return false;
+	}
+	strings = (char *) list + offsetof(EtcdEndpointList, url) +
+		max_n * sizeof(char *);
+	strcpy(strings, *newval);
+	copy = strings;
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 	{
 		char	   *p;
@@ -97,33 +151,37 @@ check_endpoints(char **newval, void **extra, GucSource source)
 			tok++;
 		for (p = tok + strlen(tok); p > tok && p[-1] == ' '; p--)
 			p[-1] = '\0';
-
-		if (pg_strncasecmp(tok, "http://", 7) != 0 &&
-			pg_strncasecmp(tok, "https://", 8) != 0)
+		if (!check_endpoint(tok))
 		{
-			GUC_check_errdetail("Endpoint \"%s\" does not start with http:// or https://.", tok);
-			pfree(copy);
+			free(list);
 			return false;
 		}
-		for (p = tok; *p; p++)
-		{
-			if ((unsigned char) *p <= ' ' || *p == 0x7f)
-			{
-				GUC_check_errdetail("Endpoint \"%s\" contains a space or control character.", tok);
-				pfree(copy);
-				return false;
-			}
-		}
-		n++;
+		for (p = tok + strlen(tok); p > tok && p[-1] == '/'; p--)
+			p[-1] = '\0';
+		if (*tok && n < (int) max_n)
+			list->url[n++] = tok;
 	}
-	pfree(copy);
+	list->count = n;
 
 	if (n == 0)
 	{
+		free(list);
 		GUC_check_errdetail("At least one etcd endpoint is required.");
 		return false;
 	}
+	*extra = list;
 	return true;
+}
+
+/*
+ * Assign hook for lockfence.etcd_endpoints: use the list parsed by the
+ * check hook.
+ */
+static void
+assign_endpoints(const char *newval, void *extra)
+{
+	etcd_endpoint_list = (const EtcdEndpointList *) extra;
+	etcd_endpoints_changed();
 }
 
 /*
@@ -165,7 +223,8 @@ assign_credentials(const char *newval, void *extra)
 
 /*
  * Define the etcd parameters.  Called from _PG_init before the prefix is
- * marked reserved.
+ * marked reserved.  (Longer than our usual functions: a flat list of
+ * definitions, clearer in one place.)
  */
 void
 etcd_guc_init(void)
@@ -177,7 +236,7 @@ etcd_guc_init(void)
 							   "http://127.0.0.1:2379",
 							   PGC_SUSET,
 							   0,
-							   check_endpoints, NULL, NULL);
+							   check_endpoints, assign_endpoints, NULL);
 
 	DefineCustomIntVariable("lockfence.etcd_connect_timeout",
 							gettext_noop("Time allowed to connect to one etcd endpoint."),
@@ -187,6 +246,16 @@ etcd_guc_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("lockfence.etcd_check_at_commit",
+							 gettext_noop("Which etcd locks a transaction fenced with are confirmed with etcd before it commits."),
+							 gettext_noop("lock_and_fence: locks taken by etcd_lock_and_fence; all_fenced: also locks of this session named as holder in lockfence.fence; off: none.  One etcd request per lock at commit."),
+							 &etcd_check_at_commit,
+							 ETCD_CHECK_LOCK_AND_FENCE,
+							 check_at_commit_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("lockfence.etcd_request_timeout",
 							gettext_noop("Time allowed for one etcd request, including retries on other endpoints."),

@@ -388,65 +388,25 @@ etcd_http_forget_connections(void)
 }
 
 /*
- * Start a POST of a JSON body to url.  timeout_ms <= 0 means no total
- * timeout (the caller bounds the wait itself).  The request runs while the
- * caller calls etcd_http_wait(); release it with etcd_http_finish().
- *
- * Returns NULL, without raising an error, when libcurl refuses to set the
- * request up (out of memory); callers treat that as a transport failure.
+ * Build a request's header list (kept in req->headers, freed with it).
+ * Returns false when out of memory.
  */
-EtcdHttpReq *
-etcd_http_start(const char *url, const char *body, const char *auth_token,
-				long timeout_ms, long connect_timeout_ms)
+static bool
+set_headers(EtcdHttpReq *req, const char *auth_token)
 {
-	EtcdHttpReq *req;
-	CURLMcode	mc;
 	struct curl_slist *h;
-	bool		fresh = false;
-
-	/*
-	 * Never send a request on a connection with unread bytes: drop the
-	 * pool, or while other requests run (and hold the pool), keep this one
-	 * off it.
-	 */
-	if (multi != NULL && idle_connection_has_input())
-	{
-		elog(DEBUG1, "etcd: a kept-alive connection received bytes between requests; its connections are not used again");
-		etcd_http_forget_connections();
-		fresh = (multi != NULL);
-	}
-	drop_pool_if_idle();
-	ensure_multi();
-
-	req = calloc(1, sizeof(EtcdHttpReq));
-	if (req == NULL)
-		return NULL;
-	req->next = live_reqs;
-	if (live_reqs)
-		live_reqs->prev = req;
-	live_reqs = req;
-
-	req->body = strdup(body);
-	req->easy = curl_easy_init();
-	if (req->body == NULL || req->easy == NULL)
-	{
-		free_req(req);
-		return NULL;
-	}
 
 	h = curl_slist_append(NULL, "Content-Type: application/json");
 	if (h == NULL)
 	{
-		free_req(req);
-		return NULL;
+		return false;
 	}
 	req->headers = h;
 	/* Disable "Expect: 100-continue", which costs a round trip. */
 	h = curl_slist_append(req->headers, "Expect:");
 	if (h == NULL)
 	{
-		free_req(req);
-		return NULL;
+		return false;
 	}
 	req->headers = h;
 	if (auth_token && auth_token[0])
@@ -455,20 +415,29 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 
 		if (line == NULL)
 		{
-			free_req(req);
-			return NULL;
+			return false;
 		}
 		sprintf(line, "Authorization: %s", auth_token);
 		h = curl_slist_append(req->headers, line);
 		free(line);
 		if (h == NULL)
 		{
-			free_req(req);
-			return NULL;
+			return false;
 		}
 		req->headers = h;
 	}
 
+	return true;
+}
+
+/*
+ * Set a request's libcurl options: only http(s), no redirects, our
+ * sockets, the timeouts, the reply size limit and the TLS files.
+ */
+static void
+set_options(EtcdHttpReq *req, const char *url, long timeout_ms,
+			long connect_timeout_ms, bool fresh)
+{
 	curl_easy_setopt(req->easy, CURLOPT_URL, url);
 #if LIBCURL_VERSION_NUM >= 0x075500
 	curl_easy_setopt(req->easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -509,6 +478,60 @@ etcd_http_start(const char *url, const char *body, const char *auth_token,
 	if (etcd_keyfile && etcd_keyfile[0])
 		curl_easy_setopt(req->easy, CURLOPT_SSLKEY, etcd_keyfile);
 
+}
+
+/*
+ * Start a POST of a JSON body to url.  timeout_ms <= 0 means no total
+ * timeout (the caller bounds the wait itself).  The request runs while the
+ * caller calls etcd_http_wait(); release it with etcd_http_finish().
+ *
+ * Returns NULL, without raising an error, when libcurl refuses to set the
+ * request up (out of memory); callers treat that as a transport failure.
+ */
+EtcdHttpReq *
+etcd_http_start(const char *url, const char *body, const char *auth_token,
+				long timeout_ms, long connect_timeout_ms)
+{
+	EtcdHttpReq *req;
+	CURLMcode	mc;
+	bool		fresh = false;
+
+	/*
+	 * Never send a request on a connection with unread bytes: drop the
+	 * pool, or while other requests run (and hold the pool), keep this one
+	 * off it.
+	 */
+	if (multi != NULL && idle_connection_has_input())
+	{
+		elog(DEBUG1, "etcd: a kept-alive connection received bytes between requests; its connections are not used again");
+		etcd_http_forget_connections();
+		fresh = (multi != NULL);
+	}
+	drop_pool_if_idle();
+	ensure_multi();
+
+	req = calloc(1, sizeof(EtcdHttpReq));
+	if (req == NULL)
+		return NULL;
+	req->next = live_reqs;
+	if (live_reqs)
+		live_reqs->prev = req;
+	live_reqs = req;
+
+	req->body = strdup(body);
+	req->easy = curl_easy_init();
+	if (req->body == NULL || req->easy == NULL)
+	{
+		free_req(req);
+		return NULL;
+	}
+
+	if (!set_headers(req, auth_token))
+	{
+		free_req(req);
+		return NULL;
+	}
+	set_options(req, url, timeout_ms, connect_timeout_ms, fresh);
 	mc = curl_multi_add_handle(multi, req->easy);
 	if (mc != CURLM_OK)
 	{

@@ -1,11 +1,31 @@
 /*-------------------------------------------------------------------------
  *
  * etcd_session.c
- *	  Leases granted by this backend, revoked when it exits.
+ *	  Session leases: the leases this backend granted and the locks held
+ *	  on them, revoked when the backend exits.
  *
- * Every lease lockfence grants is tracked until it is revoked.  When the
- * backend exits normally (including pg_terminate_backend), a
- * before_shmem_exit callback revokes the remaining ones within
+ * Like etcd's concurrency.Session, a backend grants one lease per distinct
+ * TTL on first use and puts every lock it takes with that TTL on it, as
+ * the key "<name>/<lease hex>".  Releasing a lock deletes its key and
+ * keeps the lease for the next lock.
+ *
+ * Renewal rule: the session lease of a TTL is renewed (one keepalive)
+ * when the backend acquires a lock with that TTL (etcd_lock, etcd_try_lock,
+ * etcd_lock_and_fence), every third of the TTL while it waits in
+ * etcd_lock, and by etcd_keepalive(lease).  Nothing else renews it: every
+ * lock on a session lease lives at least ttl seconds after the last of
+ * those calls, and at most ttl seconds after it if none follows, so a
+ * client that goes quiet (paused, disconnected behind a pooler, or a
+ * backend busy in a long statement) loses its locks after the TTL.  A
+ * lease that holds no lock is simply not renewed, so it expires by
+ * itself one TTL after its last use; it is forgotten here then.
+ *
+ * If a session lease is found gone (a keepalive says so, or it was not
+ * renewed for a whole TTL) every lock on it is lost: the call that finds
+ * out raises LF003 naming each of them, and forgets them.
+ *
+ * When the backend exits normally (including pg_terminate_backend), a
+ * before_shmem_exit callback revokes the remaining leases within
  * ETCD_EXIT_REVOKE_MS in total, so the locks are released at once instead
  * of after their TTL.  After a crash nothing runs, and the TTL frees them.
  *
@@ -23,12 +43,14 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "etcd.h"
+#include "lockfence.h"
 #include "metrics.h"
 
 /*
@@ -40,22 +62,44 @@
 #define ETCD_EXIT_REVOKE_MS		1000
 
 /*
- * A lease granted by this backend; acquired_at is 0 and key NULL until its
- * lock is held.
+ * Margin under the TTL within which a lease not renewed since is still
+ * used: etcd counts the TTL from its own receipt of the renewal, which
+ * came after renewed_at, so a lease is surely alive until renewed_at + TTL;
+ * the margin leaves room for the request that will use it.
  */
-typedef struct TrackedLease
+#define ETCD_LEASE_MARGIN_MS	500
+
+/* A lease granted by this backend. */
+typedef struct SessionLease
 {
 	int64		lease;
-	TimestampTz acquired_at;
-	char	   *key;			/* lock key held under it, TopMemoryContext */
-	bool		pending;		/* held, not yet handed to the SQL caller */
-	SubTransactionId subid;		/* subtransaction that made it pending */
-} TrackedLease;
+	int			ttl;			/* TTL asked for (the session's key) */
+	bool		current;		/* new locks with this TTL go on it */
+	TimestampTz renewed_at;		/* sent its grant or last keepalive */
+} SessionLease;
 
-static TrackedLease *leases = NULL;
+/* A lock held (or pending) on one of our leases. */
+typedef struct HeldLock
+{
+	int64		lease;
+	char	   *key;			/* TopMemoryContext */
+	TimestampTz acquired_at;
+	bool		pending;		/* held, not yet handed to the SQL caller */
+	bool		xact;			/* transaction-scoped: released at its end */
+	int64		token;			/* create_revision of key */
+	bool		fenced;			/* this transaction fenced with its token */
+	SubTransactionId fenced_subid;	/* subtransaction that fenced */
+	SubTransactionId subid;		/* subtransaction that took it (pending or
+								 * transaction-scoped locks) */
+} HeldLock;
+
+static SessionLease *leases = NULL;
 static int	n_leases = 0;
 static int	max_leases = 0;
-static bool exit_hook_installed = false;
+static HeldLock *locks = NULL;
+static int	n_locks = 0;
+static int	max_locks = 0;
+static bool callbacks_installed = false;
 
 /* When revocation for a termination began; 0 if it did not. */
 static TimestampTz exit_cleanup_started = 0;
@@ -64,140 +108,519 @@ static void etcd_session_exit(int code, Datum arg);
 static void etcd_session_xact(XactEvent event, void *arg);
 static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg);
-static void release_pending(bool all, SubTransactionId subid);
 
 /*
- * Module initialization (nothing to do until the first lease).
+ * Make room for one more element of a TopMemoryContext array.
  */
-void
-etcd_session_init(void)
+static void *
+grow(void *array, int n, int *max, Size elem)
 {
+	if (n < *max)
+		return array;
+	*max = Max(16, *max * 2);
+	if (array == NULL)
+		return MemoryContextAlloc(TopMemoryContext, elem * *max);
+	return repalloc(array, elem * *max);
+}
+
+static SessionLease *
+find_lease(int64 lease)
+{
+	int			i;
+
+	for (i = 0; i < n_leases; i++)
+		if (leases[i].lease == lease)
+			return &leases[i];
+	return NULL;
+}
+
+static HeldLock *
+find_lock(const char *key)
+{
+	int			i;
+
+	for (i = 0; i < n_locks; i++)
+		if (strcmp(locks[i].key, key) == 0)
+			return &locks[i];
+	return NULL;
 }
 
 /*
- * Remember a lease granted by this backend.
+ * Number of locks (held or pending) on a lease.
+ */
+static int
+locks_on(int64 lease)
+{
+	int			i;
+	int			n = 0;
+
+	for (i = 0; i < n_locks; i++)
+		if (locks[i].lease == lease)
+			n++;
+	return n;
+}
+
+/*
+ * Forget one lock (index i): it was released or lost.
+ */
+static void
+forget_lock(int i)
+{
+	if (locks[i].acquired_at != 0)
+	{
+		long		secs;
+		int			usecs;
+
+		TimestampDifference(locks[i].acquired_at, GetCurrentTimestamp(),
+							&secs, &usecs);
+		lockfence_metrics_etcd_released(secs + usecs / 1000000.0);
+	}
+	pfree(locks[i].key);
+	locks[i] = locks[--n_locks];
+}
+
+/*
+ * Remember a lease granted by this backend, as the session lease of ttl
+ * unless ttl is 0.
  */
 void
-etcd_session_track(int64 lease)
+etcd_session_track(int64 lease, int ttl)
 {
-	if (!exit_hook_installed)
+	int			i;
+
+	if (!callbacks_installed)
 	{
 		before_shmem_exit(etcd_session_exit, (Datum) 0);
 		RegisterXactCallback(etcd_session_xact, NULL);
 		RegisterSubXactCallback(etcd_session_subxact, NULL);
-		exit_hook_installed = true;
+		callbacks_installed = true;
 	}
-	if (n_leases == max_leases)
-	{
-		int			newmax = Max(16, max_leases * 2);
-
-		if (leases == NULL)
-			leases = MemoryContextAlloc(TopMemoryContext,
-										sizeof(TrackedLease) * newmax);
-		else
-			leases = repalloc(leases, sizeof(TrackedLease) * newmax);
-		max_leases = newmax;
-	}
+	leases = grow(leases, n_leases, &max_leases, sizeof(SessionLease));
+	for (i = 0; i < n_leases; i++)
+		if (ttl > 0 && leases[i].ttl == ttl)
+			leases[i].current = false;
 	leases[n_leases].lease = lease;
-	leases[n_leases].acquired_at = 0;
-	leases[n_leases].key = NULL;
-	leases[n_leases].pending = false;
-	leases[n_leases].subid = InvalidSubTransactionId;
+	leases[n_leases].ttl = ttl;
+	leases[n_leases].current = ttl > 0;
+	leases[n_leases].renewed_at = GetCurrentTimestamp();
 	n_leases++;
 }
 
 /*
- * Record that the lock key of a tracked lease is now held (for the metrics,
- * and so that etcd_unlock knows the lease is that key's alone).
+ * The locks on a lease, for a message: "a/1, b/1".
  */
-void
-etcd_session_mark_acquired(int64 lease, const char *key)
+static char *
+lock_list(int64 lease)
 {
+	StringInfoData buf;
 	int			i;
 
-	for (i = 0; i < n_leases; i++)
-	{
-		if (leases[i].lease == lease)
-		{
-			leases[i].acquired_at = GetCurrentTimestamp();
-			if (leases[i].key == NULL)
-				leases[i].key = MemoryContextStrdup(TopMemoryContext, key);
-		}
-	}
+	initStringInfo(&buf);
+	for (i = 0; i < n_locks; i++)
+		if (locks[i].lease == lease)
+			appendStringInfo(&buf, "%s\"%s\"", buf.len ? ", " : "",
+							 locks[i].key);
+	return buf.data;
 }
 
 /*
- * Mark the lock held under a tracked lease as pending (acquired, not yet
- * handed to the SQL caller) or not.
+ * A lease of ours is gone: forget it and every lock on it, and if any was
+ * held, raise LF003 naming each.  what says how we know.  When it is only
+ * presumed gone (not renewed for its TTL), revoke it quietly as well, so
+ * that keys etcd may still keep a little longer block nobody.
  */
 void
-etcd_session_set_pending(int64 lease, bool pending)
+etcd_session_lease_lost(int64 lease, const char *what, bool revoke)
 {
-	int			i;
+	char	   *lost = lock_list(lease);
 
-	for (i = 0; i < n_leases; i++)
-	{
-		if (leases[i].lease == lease)
-		{
-			leases[i].pending = pending;
-			leases[i].subid = pending ? GetCurrentSubTransactionId() :
-				InvalidSubTransactionId;
-		}
-	}
+	etcd_session_untrack(lease);
+	if (revoke)
+		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+	if (lost[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd locks of this session were lost: %s", lost),
+				 errdetail("Their lease " INT64_FORMAT " %s.", lease, what),
+				 errhint("Acquire the locks again; writes fenced with their tokens are refused once a successor fences.")));
 }
 
 /*
- * Revoke the leases of pending locks, quietly and within
- * ETCD_PENDING_RELEASE_MS: all of them, or those made pending in
- * subtransaction subid or one of its children (subtransaction IDs
- * increase).  A lease that cannot be revoked in time stays tracked, for
- * the exit callback; its TTL frees it otherwise.
+ * The session lease for locks of ttl seconds: the current one, or a new
+ * one granted now (*fresh).  A current lease not renewed for its whole TTL
+ * has expired: its locks are reported lost (LF003), and leases without
+ * locks that expired so are forgotten.
  */
-static void
-release_pending(bool all, SubTransactionId subid)
+int64
+etcd_session_lease(int ttl, int *granted_ttl, bool *fresh)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	int			i;
+	int64		lease;
 
-	HOLD_INTERRUPTS();
 	for (i = n_leases - 1; i >= 0; i--)
 	{
-		int64		lease;
+		SessionLease *l = &leases[i];
+		TimestampTz expires;
 
-		if (i >= n_leases || !leases[i].pending ||
-			(!all && leases[i].subid < subid))
+		expires = TimestampTzPlusMilliseconds(l->renewed_at,
+											  (int64) l->ttl * 1000 -
+											  ETCD_LEASE_MARGIN_MS);
+		if (l->ttl <= 0 || now < expires)
+			continue;	/* alive, or a lease of one lock (not a session's) */
+		if (locks_on(l->lease) > 0)
+			etcd_session_lease_lost(l->lease,
+									"was not renewed for longer than its TTL",
+									true);
+		/* expired by itself: nothing to revoke */
+		etcd_session_untrack(l->lease);
+	}
+
+	for (i = 0; i < n_leases; i++)
+	{
+		if (leases[i].current && leases[i].ttl == ttl)
+		{
+			*fresh = false;
+			*granted_ttl = ttl;
+			return leases[i].lease;
+		}
+	}
+	lease = etcd_lease_grant(ttl, granted_ttl);
+	etcd_session_track(lease, ttl);
+	*fresh = true;
+	return lease;
+}
+
+/*
+ * A keepalive of one of our leases was sent at sent_at and succeeded.
+ */
+void
+etcd_session_lease_renewed(int64 lease, TimestampTz sent_at)
+{
+	SessionLease *l = find_lease(lease);
+
+	if (l != NULL && sent_at > l->renewed_at)
+		l->renewed_at = sent_at;
+}
+
+/*
+ * Take no new locks on this lease (the member holding a lock request on
+ * it stopped answering): the next lock of its TTL gets a new lease.
+ */
+void
+etcd_session_retire(int64 lease)
+{
+	SessionLease *l = find_lease(lease);
+
+	if (l != NULL)
+		l->current = false;
+}
+
+/*
+ * Record a lock acquired on one of our leases, pending until handed over.
+ */
+void
+etcd_session_lock_acquired(int64 lease, const char *key, int64 token)
+{
+	locks = grow(locks, n_locks, &max_locks, sizeof(HeldLock));
+	locks[n_locks].lease = lease;
+	locks[n_locks].key = MemoryContextStrdup(TopMemoryContext, key);
+	locks[n_locks].acquired_at = GetCurrentTimestamp();
+	locks[n_locks].pending = true;
+	locks[n_locks].xact = false;
+	locks[n_locks].token = token;
+	locks[n_locks].fenced = false;
+	locks[n_locks].fenced_subid = InvalidSubTransactionId;
+	locks[n_locks].subid = GetCurrentSubTransactionId();
+	n_locks++;
+}
+
+/*
+ * The SQL caller has the lock now: it is no longer released on errors,
+ * but, if xact_scope, when the (sub)transaction that took it ends.
+ */
+void
+etcd_session_lock_handed_over(const char *key, bool xact_scope)
+{
+	HeldLock   *l = find_lock(key);
+
+	if (l != NULL)
+	{
+		l->pending = false;
+		l->xact = xact_scope;
+		if (!xact_scope)
+			l->subid = InvalidSubTransactionId;
+	}
+}
+
+/*
+ * The current transaction fenced a resource with the token of this lock
+ * of ours (etcd_lock_and_fence): confirm it is still held at commit.
+ */
+void
+etcd_session_lock_fenced(const char *key)
+{
+	HeldLock   *l = find_lock(key);
+
+	if (l != NULL && !l->fenced)
+	{
+		l->fenced = true;
+		l->fenced_subid = GetCurrentSubTransactionId();
+	}
+}
+
+/*
+ * The locks to confirm at commit: those the transaction fenced with (see
+ * etcd_session_lock_fenced), or, if all, every lock this backend holds
+ * (the caller then keeps those it finds named in fence rows the
+ * transaction wrote).  Returns how many, in a palloc'd array.
+ */
+int
+etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
+{
+	int			i;
+	int			n = 0;
+
+	*out = palloc(sizeof(EtcdCheckedLock) * Max(n_locks, 1));
+	for (i = 0; i < n_locks; i++)
+	{
+		if (locks[i].pending || !(all || locks[i].fenced))
 			continue;
-		lease = leases[i].lease;
-		leases[i].pending = false;
-		elog(DEBUG1, "etcd lease " INT64_FORMAT " of a lock never handed to its caller is revoked at abort",
-			 lease);
+		(*out)[n].key = pstrdup(locks[i].key);
+		(*out)[n].lease = locks[i].lease;
+		(*out)[n].token = locks[i].token;
+		(*out)[n].fenced = locks[i].fenced;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Forget which locks the transaction fenced with: all of them at its end,
+ * or those fenced in an aborted subtransaction subid or its children.
+ */
+static void
+forget_fenced(bool all, SubTransactionId subid)
+{
+	int			i;
+
+	for (i = 0; i < n_locks; i++)
+		if (locks[i].fenced && (all || locks[i].fenced_subid >= subid))
+			locks[i].fenced = false;
+}
+
+/*
+ * Forget a lock whose key was deleted (or found gone).  A lease that no
+ * longer takes new locks is revoked once its last lock is released.
+ */
+void
+etcd_session_lock_released(const char *key)
+{
+	HeldLock   *l = find_lock(key);
+	int64		lease;
+	SessionLease *sl;
+
+	if (l == NULL)
+		return;
+	lease = l->lease;
+	forget_lock(l - locks);
+	sl = find_lease(lease);
+	if (sl != NULL && !sl->current && locks_on(lease) == 0)
+		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+}
+
+/*
+ * Does a lease hold locks besides key?
+ */
+bool
+etcd_session_lease_shared(int64 lease, const char *key)
+{
+	int			i;
+
+	for (i = 0; i < n_locks; i++)
+		if (locks[i].lease == lease && strcmp(locks[i].key, key) != 0)
+			return true;
+	return false;
+}
+
+/*
+ * Release a lock that was not handed to its caller, or whose acquisition
+ * failed, quietly within budget_ms; never raises.  A lease that carries no
+ * other lock of ours is revoked (which deletes the key), unless keep_lease;
+ * otherwise the key alone is deleted, and if that fails the lease is revoked after all (its
+ * other locks are lost; fail closed: a key of ours left behind on a lease
+ * we keep renewing would block its name forever).  A lease that cannot be
+ * revoked in time is no longer used or renewed: it is revoked at exit, or
+ * expires with its TTL.
+ */
+void
+etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
+							 bool keep_lease)
+{
+	TimestampTz deadline;
+	long		left;
+	bool		deleted;
+
+	HOLD_INTERRUPTS();
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget_ms);
+	if (key != NULL && (keep_lease || etcd_session_lease_shared(lease, key)))
+	{
+		if (etcd_lease_delete_key(lease, key, budget_ms, true, &deleted))
+		{
+			etcd_session_lock_released(key);
+			RESUME_INTERRUPTS();
+			return;
+		}
+	}
+	if (key != NULL)
+	{
+		HeldLock   *l = find_lock(key);
+
+		if (l != NULL)
+			forget_lock(l - locks);
+	}
+	left = Max((long) ((deadline - GetCurrentTimestamp()) / 1000), 1L);
+	etcd_session_retire(lease);
+	(void) etcd_lease_revoke(lease, left, true);
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * Release, quietly and within budget_ms in total, the locks to release
+ * when a (sub)transaction ends: pending locks (never handed to a caller)
+ * if pending, transaction-scoped locks if xact; all of them, or those
+ * taken in subtransaction subid or one of its children (subtransaction
+ * IDs increase).  A lock whose release fails or does not fit in the
+ * budget is forgotten; its TTL frees it (its lease is no longer used).
+ */
+static void
+release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
+			   long budget_ms)
+{
+	TimestampTz deadline;
+	int			i;
+
+	if (n_locks == 0)
+		return;
+	HOLD_INTERRUPTS();
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget_ms);
+	for (i = n_locks - 1; i >= 0; i--)
+	{
+		char	   *key;
+		bool		was_pending;
+		long		left;
+
+		if (i >= n_locks || !((pending && locks[i].pending) ||
+							  (xact && locks[i].xact)) ||
+			(!all && locks[i].subid < subid))
+			continue;
+		was_pending = locks[i].pending;
+		locks[i].pending = false;
+		key = pstrdup(locks[i].key);
+		elog(DEBUG1, "etcd lock \"%s\" is released at the end of its transaction",
+			 key);
 		etcd_http_abort_all();
-		(void) etcd_lease_revoke(lease, ETCD_PENDING_RELEASE_MS, true);
+		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+		if (left <= 0)
+		{
+			etcd_session_retire(locks[i].lease);
+			forget_lock(i);
+			continue;
+		}
+		etcd_session_release_quietly(locks[i].lease, key, left, !was_pending);
 	}
 	RESUME_INTERRUPTS();
 }
 
 /*
+ * A prepared transaction outlives this backend's session, which its
+ * transaction-scoped locks cannot: refuse PREPARE TRANSACTION while the
+ * transaction holds one (or fenced with an etcd lock, which could not be
+ * checked at COMMIT PREPARED).
+ */
+static void
+refuse_prepare(void)
+{
+	int			i;
+
+	for (i = 0; i < n_locks; i++)
+		if (locks[i].xact || locks[i].fenced)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that holds or fenced with etcd lock \"%s\"",
+							locks[i].key)));
+}
+
+/*
  * Transaction callback: a transaction that aborts while a lock is
- * pending means the call that acquired it failed without releasing it.
+ * pending means the call that acquired it failed without releasing it;
+ * transaction-scoped locks are released when the transaction ends, after
+ * a commit only once it is durable (XACT_EVENT_COMMIT), quietly: a
+ * release that fails never turns the commit into an error, the TTL frees
+ * the lock.
  */
 static void
 etcd_session_xact(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		release_pending(true, InvalidSubTransactionId);
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			/* may raise LF003: the transaction then aborts */
+			etcd_commit_check();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			refuse_prepare();
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			forget_fenced(true, InvalidSubTransactionId);
+			release_at_end(true, false, true, InvalidSubTransactionId,
+						   ETCD_PENDING_RELEASE_MS);
+			release_at_end(false, true, true, InvalidSubTransactionId,
+						   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+						   ETCD_CLEANUP_MS);
+			break;
+		case XACT_EVENT_COMMIT:
+			forget_fenced(true, InvalidSubTransactionId);
+			release_at_end(false, true, true, InvalidSubTransactionId,
+						   ETCD_CLEANUP_MS);
+			break;
+		default:
+			break;
+	}
 }
 
 /*
  * Subtransaction callback: likewise for a subtransaction abort (e.g. a
- * PL/pgSQL exception block), which may be caught and never reach the
- * top level.
+ * PL/pgSQL exception block or ROLLBACK TO SAVEPOINT), which releases the
+ * pending and transaction-scoped locks it took, as it releases
+ * PostgreSQL's own locks; a subtransaction commit passes its
+ * transaction-scoped locks on to its parent.
  */
 static void
 etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 					 SubTransactionId parentSubid, void *arg)
 {
+	int			i;
+
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		release_pending(false, mySubid);
+	{
+		forget_fenced(false, mySubid);
+		release_at_end(true, false, false, mySubid, ETCD_PENDING_RELEASE_MS);
+		release_at_end(false, true, false, mySubid,
+					   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+					   ETCD_CLEANUP_MS);
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (i = 0; i < n_locks; i++)
+		{
+			if (locks[i].xact && locks[i].subid >= mySubid)
+				locks[i].subid = parentSubid;
+			if (locks[i].fenced && locks[i].fenced_subid >= mySubid)
+				locks[i].fenced_subid = parentSubid;
+		}
+	}
 }
 
 /*
@@ -212,29 +635,21 @@ etcd_session_exit_cleanup_begins(void)
 }
 
 /*
- * Forget a lease (it was revoked, or found gone).  If its lock was held,
- * that lock has ended now.
+ * Forget a lease (it was revoked, or found gone), and every lock on it:
+ * those locks have ended now.
  */
 void
 etcd_session_untrack(int64 lease)
 {
 	int			i;
 
+	for (i = n_locks - 1; i >= 0; i--)
+		if (locks[i].lease == lease)
+			forget_lock(i);
 	for (i = 0; i < n_leases; i++)
 	{
 		if (leases[i].lease == lease)
 		{
-			if (leases[i].acquired_at != 0)
-			{
-				long		secs;
-				int			usecs;
-
-				TimestampDifference(leases[i].acquired_at,
-									GetCurrentTimestamp(), &secs, &usecs);
-				lockfence_metrics_etcd_released(secs + usecs / 1000000.0);
-			}
-			if (leases[i].key)
-				pfree(leases[i].key);
 			leases[i] = leases[--n_leases];
 			return;
 		}
@@ -247,28 +662,18 @@ etcd_session_untrack(int64 lease)
 bool
 etcd_session_owns(int64 lease)
 {
-	int			i;
-
-	for (i = 0; i < n_leases; i++)
-		if (leases[i].lease == lease)
-			return true;
-	return false;
+	return find_lease(lease) != NULL;
 }
 
 /*
- * Is key the lock key this backend acquired under lease, and the lease
- * not revoked yet?  Such a lease carries that key alone, so revoking it
- * releases the lock.
+ * Is key a lock this backend holds (or has pending) on lease?
  */
 bool
 etcd_session_holds_key(int64 lease, const char *key)
 {
-	int			i;
+	HeldLock   *l = find_lock(key);
 
-	for (i = 0; i < n_leases; i++)
-		if (leases[i].lease == lease)
-			return leases[i].key != NULL && strcmp(leases[i].key, key) == 0;
-	return false;
+	return l != NULL && l->lease == lease;
 }
 
 /*

@@ -111,8 +111,9 @@ run_major() {
 		done
 		for f in "$work"/tmp_check/log/regress_log_*; do
 			# What led to each failed check, and the end of the log.
-			[ -f "$f" ] && grep -q "not ok" "$f" &&
-				{ echo "--- $f"; grep -B40 -A10 "not ok" "$f" | head -300; echo "..."; tail -30 "$f"; }
+			# A test that died says so at its end instead.
+			[ -f "$f" ] && grep -q -e "not ok" -e "exited with" -e "error running SQL" -e "died" "$f" &&
+				{ echo "--- $f"; grep -B40 -A10 "not ok" "$f" | head -300; grep -A2 "error running SQL" "$f" | head -20; echo "..."; tail -40 "$f"; }
 		done
 		return 1
 	}

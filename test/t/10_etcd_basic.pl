@@ -68,14 +68,15 @@ ok($ttl > 0 && $ttl <= 20, "keepalive returns the remaining TTL ($ttl)");
 is($s1->query_safe("SELECT lockfence.etcd_unlock('$key')"),
 	't', 'unlock returns true');
 ok(!defined $etcd->key_info($key), 'unlock deleted the key');
-ok(!(grep { $_ eq lease_hex($lease) } $etcd->leases),
-	'unlock revoked the lease');
+ok((grep { $_ eq lease_hex($lease) } $etcd->leases),
+	'unlock kept the session lease (issue 9: session leases)');
 
 my ($rc, $out, $err, $state) =
   run_sql("SELECT lockfence.etcd_unlock('$key')");
 is($out, 'f', 'unlocking a released lock returns false');
 like($err, qr/NOTICE:.*does not exist/, '... with a NOTICE');
 
+$etcd->etcdctl('lease', 'revoke', lease_hex($lease));
 ($rc, $out, $err, $state) = run_sql("SELECT lockfence.etcd_keepalive($lease)");
 is($state, 'LF003', 'keepalive of a revoked lease raises LF003');
 
@@ -231,7 +232,7 @@ $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
   run_sql("SELECT * FROM lockfence.etcd_lock('perm')", extra_params => [ '-U', 'lf_app' ]);
 is($state, '42501', 'PUBLIC cannot call etcd_lock');
 $node->safe_psql('postgres',
-	'GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval), lockfence.etcd_unlock(text, boolean) TO lf_app'
+	'GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text), lockfence.etcd_unlock(text, boolean) TO lf_app'
 );
 ($rc, $out, $err, $state) = run_sql(
 	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('perm')",

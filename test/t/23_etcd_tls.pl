@@ -118,7 +118,7 @@ is($r->{out}, 't', 'TLS works again after the failures (RESET ALL)') or diag exp
 # EXECUTE on the lock functions uses the superuser's TLS configuration.
 $node->safe_psql('postgres', <<'EOF');
 CREATE ROLE plain LOGIN;
-GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval) TO plain;
+GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) TO plain;
 GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text, boolean) TO plain;
 EOF
 LockfenceTest::EtcdCluster::check_superuser_only($node, 'plain',

@@ -48,6 +48,10 @@ sub case
 	my $label = $c{label};
 	my $name = 'm' . ++$n;
 	(my $sql = $c{sql}) =~ s/NAME/$name/g;
+	# a TTL of its own: a new session lease, so the case's lock is granted
+	# a lease (issue 9: a session reuses one lease per TTL)
+	my $ttl = 100 + $n;
+	$sql =~ s/TTLN/$ttl/g;
 
 	$fault->clear;
 	$fault->set(%$_) for @{ $c{rules} };
@@ -74,7 +78,7 @@ sub case
 	return $r;
 }
 
-my $LOCK = "SELECT * FROM lockfence.etcd_lock('NAME', 5, '4s')";
+my $LOCK = "SELECT * FROM lockfence.etcd_lock('NAME', TTLN, '4s')";
 my $txn0 = [ 'responses', 0, 'response_range', 'kvs', 0 ];
 
 # --- the lease grant -----------------------------------------------------
@@ -191,17 +195,18 @@ case(label => 'keepalive: invalid JSON',
 	sql => "SELECT lockfence.etcd_keepalive($mk_lease)",
 	rules => [ { path => '/v3/lease/keepalive', mode => 'invalid_json' } ],
 	sqlstate => qr/^08P01$/);
-# etcd_unlock of a lock this session holds only revokes its lease (the
-# key goes with it); another holder's key is deleted first: fault both.
+# etcd_unlock of a lock this session holds deletes its key in a txn and
+# keeps the session lease (issue 9); the cleanup after a failure revokes
+# the lease; another holder's key is deleted first: fault them all.
 case(label => 'unlock: invalid JSON',
 	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
 	rules => [ map { { path => $_, mode => 'invalid_json' } }
-		('/v3/kv/deleterange', '/v3/lease/revoke') ],
+		('/v3/kv/txn', '/v3/kv/deleterange', '/v3/lease/revoke') ],
 	sqlstate => qr/^08P01$/);
 case(label => 'unlock: reply never ends',
 	sql => "SELECT lockfence.etcd_unlock('$mk_key')",
 	rules => [ map { { path => $_, mode => 'slow', seconds => 30 } }
-		('/v3/kv/deleterange', '/v3/lease/revoke') ],
+		('/v3/kv/txn', '/v3/kv/deleterange', '/v3/lease/revoke') ],
 	sqlstate => qr/^08/);
 # The lease survived all that (the faults were only in replies).
 $r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($mk_lease) > 0");
@@ -212,7 +217,7 @@ like($r->{out}, qr/^[tf]$/, 'unlock without faults completes');
 # A cancel during a never-ending reply is honoured at once.
 $fault->set(path => '/v3/lease/grant', mode => 'slow', seconds => 30);
 $s->query_safe("SET lockfence.etcd_request_timeout = '60s'");
-$s->{stdin} .= "SELECT * FROM lockfence.etcd_lock('mc', 5);\n";
+$s->{stdin} .= "SELECT * FROM lockfence.etcd_lock('mc', 77);\n";
 $s->{run}->pump_nb;
 my $t0 = Time::HiRes::time();
 sleep 1;

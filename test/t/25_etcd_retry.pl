@@ -9,8 +9,9 @@
 #	  - an etcd_unlock whose request hangs on the first endpoint succeeds
 #	    through the next one within a request timeout of 2 s (each endpoint
 #	    gets a share of the timeout, not all of it);
-#	  - etcd_unlock of a lock this session acquired sends one revoke and no
-#	    deleterange; another holder's key is deleted (in a txn that checks
+#	  - etcd_unlock of a lock this session acquired sends one txn (deleting
+#	    the key on its lease) and no deleterange or revoke: the session lease
+#	    is kept (issue 9); another holder's key is deleted (in a txn that checks
 #	    it is attached to the lease its name ends in) and its lease revoked;
 #	    a key that is already gone gives false and a NOTICE.
 
@@ -56,7 +57,7 @@ my @transient = (
 	[ '/v3/lease/grant', 'etcdserver: no leader' ],
 	[ '/v3/lock/lock', 'etcdserver: leader changed' ],
 	[ '/v3/kv/txn', 'etcdserver: request timed out' ],
-	[ '/v3/lease/revoke', 'etcdserver: too many requests' ],);
+	[ '/v3/lease/keepalive', 'etcdserver: too many requests' ],);
 my $n = 0;
 for my $t (@transient)
 {
@@ -80,21 +81,23 @@ $fault->clear;
 # A permanent error is still reported at once, not retried.
 $fault->set(path => '/v3/lease/grant', mode => 'status', status => 500,
 	body => { error => 'etcdserver: injected failure', message => 'etcdserver: injected failure', code => 2 });
-my $r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT * FROM lockfence.etcd_lock('perm', 5, '5s')");
+# (a TTL no lock of this session used yet: its lease is granted now)
+my $r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT * FROM lockfence.etcd_lock('perm', 55, '5s')");
 is($r->{sqlstate}, '08000', 'a permanent code 2 error is reported as 08000') or diag explain $r;
 cmp_ok($r->{secs}, '<', 1, 'a permanent code 2 error is not retried');
 $fault->clear;
 
 # 2. A hung unlock request on the first endpoint: the second endpoint
 # gets its turn within the 2 s request timeout.
-for my $path ('/v3/lease/revoke', '/v3/kv/txn')
+for my $which ('own', 'foreign')
 {
+	my $path = '/v3/kv/txn';
 	my $name = 'hang' . ++$n;
 	$s->query_safe("SET lockfence.etcd_endpoints = '$f,$f/" . ('/' x $n) . "'");
 	my ($key, $lease);
-	if ($path eq '/v3/lease/revoke')
+	if ($which eq 'own')
 	{
-		# our own lock: etcd_unlock revokes its lease
+		# our own lock: etcd_unlock deletes its key by a txn on its lease
 		($key) = split / /, $s->query_safe(
 			"SELECT key FROM lockfence.etcd_lock('$name', 10, '5s')");
 	}
@@ -121,14 +124,15 @@ $s->query_safe('RESET lockfence.etcd_endpoints');
 # 3. Request counts of etcd_unlock.
 my ($key, $lease) = split / /, $s->query_safe(
 	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('cnt', 10, '5s')");
-my %before = map { $_ => hits($_) } ('/v3/kv/deleterange', '/v3/lease/revoke');
+my %before = map { $_ => hits($_) } ('/v3/kv/deleterange', '/v3/lease/revoke', '/v3/kv/txn');
 is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'own lock: etcd_unlock returns true');
 is(hits('/v3/kv/deleterange') - $before{'/v3/kv/deleterange'}, 0,
 	'own lock: no deleterange request');
-is(hits('/v3/lease/revoke') - $before{'/v3/lease/revoke'}, 1, 'own lock: one revoke request');
+is(hits('/v3/lease/revoke') - $before{'/v3/lease/revoke'}, 0, 'own lock: no revoke request');
+is(hits('/v3/kv/txn') - $before{'/v3/kv/txn'}, 1, 'own lock: one request, a txn');
 ok(!key_exists($key), 'own lock: the key is gone');
-like($etcd->etcdctl('lease', 'timetolive', sprintf('%x', $lease)), qr/already expired|not found/i,
-	'own lock: the lease is revoked');
+unlike($etcd->etcdctl('lease', 'timetolive', sprintf('%x', $lease)), qr/already expired|not found/i,
+	'own lock: the session lease is kept');
 
 # Unlocking it again: false and a NOTICE.
 $s->{stderr} = '';

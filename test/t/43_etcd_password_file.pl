@@ -66,7 +66,7 @@ EOF
 $node->safe_psql('postgres', q{
 CREATE ROLE plain LOGIN;
 GRANT USAGE ON SCHEMA lockfence TO plain;
-GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval),
+GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text),
 	lockfence.etcd_unlock(text, boolean) TO plain;
 });
 

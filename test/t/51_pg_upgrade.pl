@@ -96,8 +96,8 @@ $old->safe_psql('postgres', q{
 	CREATE ROLE operator;
 	CREATE EXTENSION lockfence;
 	GRANT EXECUTE ON FUNCTION lockfence.reset(text) TO operator;
-	GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval) TO app;
-	GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text) TO app;
+	GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) TO app;
+	GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text, boolean) TO app;
 
 	SELECT lockfence.fence('ledger', 41, 'w1');
 	SELECT lockfence.fence('unused', 7);
@@ -200,7 +200,7 @@ like($after, qr/^fence: ledger=42\/w1 /m, 'fence rows are there');
 like($after, qr/^trigger: events_1 CREATE TRIGGER zz_lockfence_fence_truncate /m,
 	'partition TRUNCATE triggers are there');
 is( $new->safe_psql('postgres', q{
-		SELECT has_function_privilege('app', 'lockfence.etcd_lock(text, integer, interval)', 'EXECUTE'),
+		SELECT has_function_privilege('app', 'lockfence.etcd_lock(text, integer, interval, text)', 'EXECUTE'),
 		       has_function_privilege('app', 'lockfence.reset(text)', 'EXECUTE'),
 		       has_function_privilege('operator', 'lockfence.reset(text)', 'EXECUTE'),
 		       has_table_privilege('app', 'ledger', 'UPDATE'),

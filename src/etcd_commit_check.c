@@ -1,0 +1,180 @@
+/*-------------------------------------------------------------------------
+ *
+ * etcd_commit_check.c
+ *	  Before a transaction commits, confirm with etcd that every etcd lock
+ *	  it fenced with is still held (lockfence.etcd_check_at_commit).
+ *
+ * A holder whose lease expired can still write until its successor
+ * fences: the fence only knows tokens it has seen.  The commit check closes
+ * most of that window, the way Chubby checks a sequencer with the lock
+ * service: at XACT_EVENT_PRE_COMMIT, one linearizable etcd transaction per
+ * lock compares the lock key's create_revision (the token) and lease; if
+ * any lock is gone, the commit fails with LF003 naming it, and nothing of
+ * the transaction is written.  The request is retried on other endpoints
+ * within lockfence.etcd_request_timeout (a leader election), and a cancel
+ * while it waits aborts the transaction.
+ *
+ * What is checked: lock_and_fence (the default) checks the locks the
+ * transaction fenced with through etcd_lock_and_fence; all_fenced also
+ * the locks of this backend named as holder in a fence row the
+ * transaction wrote (lockfence.fence(resource, token, holder => key)),
+ * found with one read of lockfence.fences at commit.  Transactions that
+ * fenced with no etcd lock of this backend send nothing.
+ *
+ * The window left: between the check's answer and the commit record, a
+ * lease may still expire; but then the successor's token is higher, and
+ * as soon as it fences, the fence refuses the old holder's next write.
+ *
+ * IDENTIFICATION
+ *	  src/etcd_commit_check.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+
+#include "etcd.h"
+#include "lockfence.h"
+
+/*
+ * Is the lock still held: its key exists with create_revision = token on
+ * its lease?  One etcd transaction, linearizable like every txn.
+ */
+static bool
+lock_still_held(const EtcdCheckedLock *l)
+{
+	char	   *key64 = etcd_b64_encode(l->key, strlen(l->key));
+	char	   *body;
+	EtcdReply	reply;
+	JsonbValue *succ;
+
+	body = psprintf("{\"compare\":["
+					"{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"" INT64_FORMAT "\"},"
+					"{\"target\":\"LEASE\",\"key\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}],"
+					"\"success\":[],"
+					"\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+					key64, l->token, key64, l->lease, key64);
+	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
+				   &reply))
+		etcd_report_reply_error("the commit-time lock check", &reply);
+	/* etcd omits false: no "succeeded" means a comparison failed */
+	succ = getKeyJsonValueFromContainer(&reply.json->root, "succeeded", 9,
+										NULL);
+	return succ != NULL && succ->type == jbvBool && succ->val.boolean;
+}
+
+/*
+ * all_fenced: keep the locks named as holder in a fence row this
+ * transaction wrote (or those fenced by etcd_lock_and_fence).  Returns how
+ * many are kept, in the same array.
+ */
+static int
+keep_fenced_in_xact(EtcdCheckedLock *locks, int n)
+{
+	Datum	   *keys = palloc(sizeof(Datum) * n);
+	ArrayType  *arr;
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		args[1];
+	bool	   *written = palloc0(sizeof(bool) * n);
+	uint64		r;
+	int			i;
+	int			kept = 0;
+
+	for (i = 0; i < n; i++)
+		keys[i] = CStringGetTextDatum(locks[i].key);
+	arr = construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT);
+	args[0] = PointerGetDatum(arr);
+
+	/* at PRE_COMMIT no portal is left to provide a snapshot */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT holder, xmin FROM lockfence.fences WHERE holder = ANY ($1)",
+							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read lockfence.fences");
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		char	   *holder = SPI_getvalue(SPI_tuptable->vals[r],
+										  SPI_tuptable->tupdesc, 1);
+		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[r],
+																 SPI_tuptable->tupdesc,
+																 2, &isnull));
+
+		if (holder == NULL || isnull || !TransactionIdIsCurrentTransactionId(xmin))
+			continue;
+		for (i = 0; i < n; i++)
+			if (strcmp(locks[i].key, holder) == 0)
+				written[i] = true;
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+
+	for (i = 0; i < n; i++)
+		if (written[i] || locks[i].fenced)
+			locks[kept++] = locks[i];
+	return kept;
+}
+
+/*
+ * The check itself, called from the transaction callback at
+ * XACT_EVENT_PRE_COMMIT.  Raises LF003 naming every lock found lost.
+ */
+void
+etcd_commit_check(void)
+{
+	EtcdCheckedLock *locks;
+	int			n;
+	int			i;
+	int			n_lost = 0;
+	StringInfoData lost;
+
+	if (etcd_check_at_commit == ETCD_CHECK_OFF)
+		return;
+	n = etcd_session_locks_to_check(etcd_check_at_commit == ETCD_CHECK_ALL_FENCED,
+									&locks);
+	if (n == 0)
+		return;
+	/* a transaction that wrote nothing fenced nothing */
+	if (etcd_check_at_commit == ETCD_CHECK_ALL_FENCED &&
+		TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		n = keep_fenced_in_xact(locks, n);
+	else if (etcd_check_at_commit == ETCD_CHECK_ALL_FENCED)
+	{
+		int			kept = 0;
+
+		for (i = 0; i < n; i++)
+			if (locks[i].fenced)
+				locks[kept++] = locks[i];
+		n = kept;
+	}
+	initStringInfo(&lost);
+
+	for (i = 0; i < n; i++)
+	{
+		elog(DEBUG1, "etcd commit check of lock \"%s\" (token " INT64_FORMAT ")",
+			 locks[i].key, locks[i].token);
+		if (!lock_still_held(&locks[i]))
+		{
+			appendStringInfo(&lost, "%s\"%s\"", lost.len ? ", " : "",
+							 locks[i].key);
+			n_lost++;
+		}
+	}
+	if (n_lost > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg_plural("etcd lock %s was lost before commit",
+							   "etcd locks %s were lost before commit",
+							   n_lost, lost.data),
+				 errdetail("The transaction fenced with their tokens, but etcd no longer holds each key with that create_revision on its lease: the lease expired or the lock was released."),
+				 errhint("The transaction was rolled back; acquire the lock again and retry.")));
+}

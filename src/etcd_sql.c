@@ -1,0 +1,330 @@
+/*-------------------------------------------------------------------------
+ *
+ * etcd_sql.c
+ *	  The SQL-callable functions lockfence.etcd_*: argument checks, result
+ *	  rows, and handing an acquired lock over to the SQL caller.
+ *
+ * The lock protocol itself is in etcd_lock.c, the lease RPCs in
+ * etcd_lease.c.
+ *
+ * IDENTIFICATION
+ *	  src/etcd_sql.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "etcd.h"
+#include "lockfence.h"
+
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_try_lock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_unlock);
+PG_FUNCTION_INFO_V1(lockfence_etcd_keepalive);
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence);
+
+/* lockfence.fence(), called by etcd_lock_and_fence (fence.c) */
+extern Datum lockfence_fence(PG_FUNCTION_ARGS);
+
+/* wait_timeout from which on a wait has no limit: 10,000 years */
+#define WAIT_FOREVER_USECS	((int64) 3652425 * USECS_PER_DAY)
+
+/*
+ * Convert wait_timeout to milliseconds; -1 for NULL (wait forever).
+ * 10,000 years or more (including +infinity) also waits forever: no lock
+ * wait outlasts that, and a deadline much further away would not fit in a
+ * timestamp.  The span is computed without overflow: an interval of more
+ * than about 292,000 years used to wrap around to a short or negative one.
+ */
+static long
+wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	int64		days;
+	int64		usecs;
+	bool		overflow;
+
+	if (PG_ARGISNULL(argno))
+		return -1;
+	span = PG_GETARG_INTERVAL_P(argno);
+	days = (int64) span->month * DAYS_PER_MONTH + span->day;
+	overflow = pg_mul_s64_overflow(days, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, span->time, &usecs);
+	if (overflow)
+	{
+		/* the sign of the exact sum, from an approximation that cannot overflow */
+		double		approx = (double) days * USECS_PER_DAY + (double) span->time;
+
+		usecs = approx < 0 ? -1 : PG_INT64_MAX;
+	}
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_timeout must not be negative")));
+	if (usecs >= WAIT_FOREVER_USECS || usecs / 1000 > (int64) LONG_MAX / 2)
+		return -1;
+	return (long) (usecs / 1000);
+}
+
+/*
+ * Put the result row of etcd_lock / etcd_try_lock into the tuplestore
+ * set up with InitMaterializedSRF, then hand the lock over; if that
+ * fails, the lock is released.
+ */
+static void
+return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res, bool xact_scope)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	PG_TRY();
+	{
+		values[0] = CStringGetTextDatum(res->key);
+		values[1] = Int64GetDatum(res->lease);
+		values[2] = Int64GetDatum(res->token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	etcd_lock_hand_over(res, xact_scope);
+}
+
+/*
+ * The scope argument (argument argno): true for 'transaction', false for
+ * 'session'.  Without it (SQL of an older version installed), dflt.
+ */
+static bool
+xact_scope_arg(FunctionCallInfo fcinfo, int argno, bool dflt)
+{
+	char	   *scope;
+
+	if (PG_NARGS() <= argno)
+		return dflt;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("scope must not be null")));
+	scope = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(scope, "transaction") == 0)
+		return true;
+	if (strcmp(scope, "session") == 0)
+		return false;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid etcd lock scope \"%s\"", scope),
+			 errhint("The scope is \"session\" or \"transaction\".")));
+	return false;				/* not reached */
+}
+
+/*
+ * The (name, ttl_seconds) arguments shared by etcd_lock and etcd_try_lock.
+ */
+static void
+lock_args(FunctionCallInfo fcinfo, char **name, int *ttl)
+{
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	*name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	*ttl = PG_GETARG_INT32(1);
+}
+
+/*
+ * lockfence.etcd_lock(name, ttl_seconds, wait_timeout, scope)
+ *		-> TABLE(key, lease, token)
+ *
+ * Blocks until this session holds the named lock, keeping the waiting
+ * lease alive.  Returns exactly one row.  A transaction-scoped lock is
+ * released when the transaction that took it ends.
+ */
+Datum
+lockfence_etcd_lock(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			ttl;
+	long		wait_ms;
+	bool		xact_scope;
+	EtcdLockResult res;
+
+	lock_args(fcinfo, &name, &ttl);
+	wait_ms = wait_timeout_ms(fcinfo, 2);
+	xact_scope = xact_scope_arg(fcinfo, 3, false);
+	InitMaterializedSRF(fcinfo, 0);
+
+	(void) etcd_lock_acquire(name, ttl, wait_ms, false, &res);
+	return_lock_row(fcinfo, &res, xact_scope);
+	return (Datum) 0;
+}
+
+/*
+ * lockfence.etcd_try_lock(name, ttl_seconds, scope)
+ *		-> TABLE(key, lease, token)
+ *
+ * One row when the lock was free and is now ours; no row (and nothing of
+ * ours left in etcd) when someone else holds or waits for it.
+ */
+Datum
+lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			ttl;
+	EtcdLockResult res;
+	bool		got;
+	bool		xact_scope;
+
+	lock_args(fcinfo, &name, &ttl);
+	xact_scope = xact_scope_arg(fcinfo, 2, false);
+	InitMaterializedSRF(fcinfo, 0);
+
+	got = etcd_lock_acquire(name, ttl, 0, true, &res);
+	if (got)
+		return_lock_row(fcinfo, &res, xact_scope);
+	return (Datum) 0;
+}
+
+/*
+ * lockfence.etcd_unlock(key, force DEFAULT false) -> boolean
+ *
+ * Releases a lock: deletes its key and revokes its lease.  Returns false,
+ * with a NOTICE, when the key was already gone.
+ *
+ * Only lock keys are released, "<name>/<lease hex>" attached to the lease
+ * their name ends in (checked by etcd in the same transaction as the
+ * deletion): revoking a lease deletes every key on it, so an arbitrary
+ * key (application configuration, say) must not be handed to it by
+ * mistake.  force => true deletes any key and revokes its lease.  Both
+ * requests are idempotent, so etcd_call retries them on the other
+ * endpoints within lockfence.etcd_request_timeout.  (Installed 1.1 SQL
+ * calls this with the key only: force is then false.)
+ */
+Datum
+lockfence_etcd_unlock(PG_FUNCTION_ARGS)
+{
+	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bool		force = PG_NARGS() > 1 ? PG_GETARG_BOOL(1) : false;
+
+	PG_RETURN_BOOL(etcd_unlock_key(key, force));
+}
+
+/*
+ * lockfence.etcd_lock_and_fence(name, resource, ttl_seconds, wait_timeout,
+ *							  scope DEFAULT 'transaction') -> bigint
+ *
+ * etcd_lock, then lockfence.fence(resource, token, holder => key) in the
+ * current transaction; returns the token.  Every argument is checked
+ * before etcd is contacted.  Until the fence accepted the token the lock
+ * is pending: any error (a rejected token, a cancel or statement timeout
+ * while the fence waits for another transaction's fence row, ...)
+ * releases it before the error propagates, since the caller never learns
+ * the key.
+ */
+Datum
+lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *resource;
+	int			ttl;
+	long		wait_ms;
+	bool		xact_scope;
+	EtcdLockResult res;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("name and ttl_seconds must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	resource = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	ttl = PG_GETARG_INT32(2);
+	etcd_lock_check_args(name, ttl);
+	lockfence_validate_resource(resource);
+	/* The key, NAME/LEASEHEX, is the fence's holder: it must fit too. */
+	if (strlen(name) + 1 + 16 > LOCKFENCE_MAX_HOLDER_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("etcd lock name is too long for etcd_lock_and_fence"),
+				 errdetail("The lock key, the name followed by \"/\" and up to 16 hexadecimal digits, is the fence's holder, which is limited to %d bytes.",
+						   LOCKFENCE_MAX_HOLDER_BYTES)));
+	wait_ms = wait_timeout_ms(fcinfo, 3);
+	/* 1.2 SQL has scope, defaulting to 'transaction'; older SQL had none */
+	xact_scope = xact_scope_arg(fcinfo, 4, false);
+
+	(void) etcd_lock_acquire(name, ttl, wait_ms, false, &res);
+	PG_TRY();
+	{
+		(void) DirectFunctionCall3(lockfence_fence,
+								   CStringGetTextDatum(resource),
+								   Int64GetDatum(res.token),
+								   CStringGetTextDatum(res.key));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		etcd_lock_release_after_error(res.lease, res.key, !res.fresh_lease);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	etcd_lock_hand_over(&res, xact_scope);
+	etcd_session_lock_fenced(res.key);
+	PG_RETURN_INT64(res.token);
+}
+
+/*
+ * lockfence.etcd_keepalive(lease) -> bigint
+ *
+ * Renews a lease once and returns its remaining TTL in seconds; LF003 if
+ * the lease is gone.
+ */
+Datum
+lockfence_etcd_keepalive(PG_FUNCTION_ARGS)
+{
+	int64		lease = PG_GETARG_INT64(0);
+	int64		ttl = 0;
+
+	if (lease <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid etcd lease ID " INT64_FORMAT, lease)));
+	if (!etcd_lease_keepalive(lease, &ttl))
+	{
+		etcd_session_untrack(lease);
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd lease " INT64_FORMAT " has expired or was revoked",
+						lease),
+				 errdetail("Locks held under this lease are lost."),
+				 errhint("Acquire the lock again.")));
+	}
+	PG_RETURN_INT64(ttl);
+}
+
+/*
+ * Module initialization for the etcd functions: called from _PG_init.
+ */
+void
+lockfence_etcd_init(void)
+{
+	etcd_guc_init();
+}

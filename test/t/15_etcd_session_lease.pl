@@ -1,0 +1,135 @@
+
+# 15_etcd_session_lease.pl
+#	  Session leases (issue 9, item 1): one lease per distinct TTL per
+#	  backend, reused by every lock with that TTL; etcd_unlock deletes the
+#	  key and keeps the lease; a lease without locks is not renewed and
+#	  expires one TTL after its last use; a client that goes quiet (its
+#	  psql process stopped with SIGSTOP while the backend sits idle) loses
+#	  its locks after the TTL, the next holder's token is higher, and the
+#	  quiet session learns of every lost lock (LF003 naming each);
+#	  etcd_keepalive renews the session lease.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::EtcdCluster;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'sess');
+$etcd->start;
+
+my $node = LockfenceTest::EtcdCluster::pg_node('etcd_sess',
+	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n");
+
+sub lease_hex { return sprintf('%x', $_[0]); }
+sub lease_alive { my $h = shift; return grep { $_ eq $h } $etcd->leases; }
+
+sub lock_row
+{
+	my ($s, $sql) = @_;
+	my $row = $s->query_safe("SELECT key || '|' || lease || '|' || token FROM $sql");
+	chomp $row;
+	return split /\|/, $row;
+}
+
+# --- one lease per TTL, reused; unlock keeps it -----------------------------
+
+my $s = LockfenceTest::EtcdCluster::session($node);
+my ($k1, $l1, $t1) = lock_row($s, "lockfence.etcd_lock('a', 20)");
+my ($k2, $l2, $t2) = lock_row($s, "lockfence.etcd_try_lock('b', 20)");
+my ($k3, $l3, $t3) = lock_row($s, "lockfence.etcd_lock('c', 30)");
+is($l2, $l1, 'two locks with the same TTL share the session lease');
+isnt($l3, $l1, 'a lock with another TTL gets another lease');
+is($k2, 'b/' . lease_hex($l1), 'the lock key is NAME/LEASEHEX of the session lease');
+is($etcd->key_info($k1)->{lease}, $l1, 'the key is attached to that lease');
+
+is($s->query_safe("SELECT lockfence.etcd_unlock('$k1')"), 't', 'unlock');
+ok(!defined $etcd->key_info($k1), 'unlock deleted the key');
+ok(lease_alive(lease_hex($l1)), 'unlock kept the session lease');
+ok(defined $etcd->key_info($k2), 'the other lock on the lease is still held');
+
+my ($k4, $l4, $t4) = lock_row($s, "lockfence.etcd_lock('a', 20)");
+is($l4, $l1, 'the next lock with that TTL reuses the lease');
+ok($t4 > $t1, 'and gets a higher token');
+
+is($s->query_safe("SELECT count(*) FROM lockfence.etcd_try_lock('a', 20)"), '0',
+	'a session contends with itself for a name it holds (another lease): try_lock finds it taken');
+
+# an unlock of a key on our session lease, with force, keeps the lease
+is($s->query_safe("SELECT lockfence.etcd_unlock('$k2', force => true)"),
+	't', 'forced unlock of our own lock key');
+ok(!defined $etcd->key_info($k2) && lease_alive(lease_hex($l1)),
+	'... deleted the key and kept the session lease');
+$s->query_safe("SELECT lockfence.etcd_unlock('$k4')");
+$s->query_safe("SELECT lockfence.etcd_unlock('$k3')");
+
+# --- a lease without locks is not renewed: it expires after its TTL ---------
+
+my ($k5, $l5) = lock_row($s, "lockfence.etcd_lock('idle', 2)");
+$s->query_safe("SELECT lockfence.etcd_unlock('$k5')");
+ok(lease_alive(lease_hex($l5)), 'idle lease alive right after unlock');
+ok(LockfenceTest::EtcdCluster::poll_until(15, sub { !lease_alive(lease_hex($l5)) }),
+	'a lease holding no lock expires by itself after its TTL');
+my ($k6, $l6) = lock_row($s, "lockfence.etcd_lock('idle', 2)");
+isnt($l6, $l5, 'the next lock with that TTL gets a new lease');
+$s->query_safe("SELECT lockfence.etcd_unlock('$k6')");
+
+# --- etcd_keepalive renews the session lease --------------------------------
+
+my ($k7, $l7) = lock_row($s, "lockfence.etcd_lock('kept', 3)");
+my $t0 = time;
+while (time < $t0 + 7)
+{
+	$s->query_safe("SELECT lockfence.etcd_keepalive($l7)");
+	usleep(700_000);
+}
+ok(defined $etcd->key_info($k7),
+	'a lock whose session lease is kept alive outlives twice its TTL');
+is($s->query_safe("SELECT lockfence.etcd_unlock('$k7')"), 't',
+	'... and is released normally');
+
+# --- a paused client loses its locks after the TTL --------------------------
+
+my $p = LockfenceTest::EtcdCluster::session($node);
+my ($px, $pl, $ptok) = lock_row($p, "lockfence.etcd_lock('px', 3)");
+my ($py) = lock_row($p, "lockfence.etcd_lock('py', 3)");
+my $psql_pid = $p->{run}->{KIDS}[0]{PID};
+ok($psql_pid, "psql client process $psql_pid");
+kill 'STOP', $psql_pid;
+$t0 = time;
+
+my $b = LockfenceTest::EtcdCluster::session($node);
+my ($bx, $bl, $btok) = lock_row($b, "lockfence.etcd_lock('px', 30, '30 s')");
+my $waited = time - $t0;
+ok($btok > $ptok, "next holder got the lock after ${waited}s, token $btok > $ptok");
+ok($waited < 15, 'within the TTL of the quiet client plus etcd\'s expiry delay');
+ok(!defined $etcd->key_info($px) && !defined $etcd->key_info($py),
+	'both locks of the quiet client are gone');
+
+kill 'CONT', $psql_pid;
+$p->query("SELECT key FROM lockfence.etcd_try_lock('pz', 3)");
+like($p->{stderr}, qr/LF003/, 'the quiet client\'s next lock call reports LF003');
+like($p->{stderr}, qr/\Q$px\E/, '... naming its first lost lock');
+like($p->{stderr}, qr/\Q$py\E/, '... and its second');
+$p->{stderr} = '';
+my ($pz) = lock_row($p, "lockfence.etcd_try_lock('pz', 3)");
+like($pz, qr{^pz/}, 'the call after that takes a lock on a new lease');
+$p->query_safe("SELECT lockfence.etcd_unlock('$pz')");
+$b->query_safe("SELECT lockfence.etcd_unlock('$bx')");
+
+# --- exit revokes the session leases ----------------------------------------
+
+my ($e1, $el) = lock_row($b, "lockfence.etcd_lock('exit', 60)");
+$b->quit;
+ok(LockfenceTest::EtcdCluster::poll_until(5, sub { !lease_alive(lease_hex($el)) }),
+	'the session lease is revoked when the backend exits');
+
+$s->quit;
+$p->quit;
+$node->stop;
+$etcd->stop;
+done_testing();
