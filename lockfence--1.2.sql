@@ -644,28 +644,39 @@ GRANT SELECT ON lockfence.metrics, lockfence.rejections, lockfence.histograms,
 
 /* lockfence: etcd locks (etcd concurrency Mutex compatible) */
 
+-- Locks are keys on a lease of the session (one per TTL).  scope
+-- 'transaction' releases a lock when the transaction that took it ends
+-- (after a commit, once it is durable; a failed release never turns the
+-- commit into an error, the TTL frees the lock), like
+-- pg_advisory_xact_lock, so it works behind a transaction-pooling
+-- connection pooler; scope 'session' keeps it until etcd_unlock or the
+-- session's end.
+
 -- Acquire the named lock, waiting as long as wait_timeout allows (NULL:
 -- forever).  token is the create_revision of the lock key.
 CREATE FUNCTION lockfence.etcd_lock(name text, ttl_seconds integer DEFAULT 30,
-                                    wait_timeout interval DEFAULT NULL)
+                                    wait_timeout interval DEFAULT NULL,
+                                    scope text DEFAULT 'session')
 RETURNS TABLE (key text, lease bigint, token bigint)
 AS 'MODULE_PATHNAME', 'lockfence_etcd_lock'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
 
-COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval) IS
-    'Acquire an etcd lock (waits); returns its key, lease and fencing token';
+COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) IS
+    'Acquire an etcd lock (waits); returns its key, lease and fencing token; scope session or transaction';
 
 -- Acquire the named lock only if it is free at once; no row otherwise.
-CREATE FUNCTION lockfence.etcd_try_lock(name text, ttl_seconds integer DEFAULT 30)
+CREATE FUNCTION lockfence.etcd_try_lock(name text, ttl_seconds integer DEFAULT 30,
+                                        scope text DEFAULT 'session')
 RETURNS TABLE (key text, lease bigint, token bigint)
 AS 'MODULE_PATHNAME', 'lockfence_etcd_try_lock'
 LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
 
-COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer) IS
-    'Acquire an etcd lock if free at once; no row when it is taken';
+COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer, text) IS
+    'Acquire an etcd lock if free at once; no row when it is taken; scope session or transaction';
 
--- Release a lock: delete its key and revoke its lease.  Only lock keys
--- (<name>/<lease hex>, attached to that lease) unless force.
+-- Release a lock: delete its key (and revoke its lease when the lease is
+-- not this session's).  Only lock keys (<name>/<lease hex>, attached to
+-- that lease) unless force.
 CREATE FUNCTION lockfence.etcd_unlock(key text, force boolean DEFAULT false)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'lockfence_etcd_unlock'
@@ -687,59 +698,8 @@ COMMENT ON FUNCTION lockfence.etcd_keepalive(bigint) IS
 -- current transaction.  Every argument is checked before etcd is
 -- contacted; if anything fails before the fence accepted the token (a
 -- rejected token, a cancel, a statement timeout), the lock is released
--- again before the error propagates.
-CREATE FUNCTION lockfence.etcd_lock_and_fence(name text, resource text,
-                                              ttl_seconds integer DEFAULT 30,
-                                              wait_timeout interval DEFAULT NULL)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'lockfence_etcd_lock_and_fence'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval) IS
-    'Acquire an etcd lock and fence a resource with its token; returns the token';
-
--- Network access to the lock service is granted explicitly, e.g.
---   GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval) TO app;
-REVOKE ALL ON FUNCTION lockfence.etcd_lock(text, integer, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_try_lock(text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_keepalive(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval) FROM PUBLIC;
-
--- etcd round 2
-
--- Transaction-scoped locks: etcd_lock, etcd_try_lock and
--- etcd_lock_and_fence gain scope ('session' or 'transaction').  A
--- transaction-scoped lock is released when the transaction that took it
--- ends (after a commit, once the commit is durable; a failed release never
--- turns the commit into an error, the TTL frees the lock), like
--- pg_advisory_xact_lock, so it works behind a transaction-pooling
--- connection pooler.  etcd_lock_and_fence defaults to 'transaction': its
--- fence is transactional anyway.  Dropping the old signatures drops their
--- grants: re-grant EXECUTE to the roles that had it.
-DROP FUNCTION lockfence.etcd_lock(text, integer, interval);
-DROP FUNCTION lockfence.etcd_try_lock(text, integer);
-DROP FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval);
-
-CREATE FUNCTION lockfence.etcd_lock(name text, ttl_seconds integer DEFAULT 30,
-                                    wait_timeout interval DEFAULT NULL,
-                                    scope text DEFAULT 'session')
-RETURNS TABLE (key text, lease bigint, token bigint)
-AS 'MODULE_PATHNAME', 'lockfence_etcd_lock'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
-
-COMMENT ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) IS
-    'Acquire an etcd lock (waits); returns its key, lease and fencing token; scope session or transaction';
-
-CREATE FUNCTION lockfence.etcd_try_lock(name text, ttl_seconds integer DEFAULT 30,
-                                        scope text DEFAULT 'session')
-RETURNS TABLE (key text, lease bigint, token bigint)
-AS 'MODULE_PATHNAME', 'lockfence_etcd_try_lock'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 1;
-
-COMMENT ON FUNCTION lockfence.etcd_try_lock(text, integer, text) IS
-    'Acquire an etcd lock if free at once; no row when it is taken; scope session or transaction';
-
+-- again before the error propagates.  Transaction-scoped by default: its
+-- fence is transactional anyway.
 CREATE FUNCTION lockfence.etcd_lock_and_fence(name text, resource text,
                                               ttl_seconds integer DEFAULT 30,
                                               wait_timeout interval DEFAULT NULL,
@@ -751,8 +711,12 @@ LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval, text) IS
     'Acquire an etcd lock and fence a resource with its token; returns the token; the lock is transaction-scoped by default';
 
+-- Network access to the lock service is granted explicitly, e.g.
+--   GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) TO app;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_try_lock(text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.etcd_unlock(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.etcd_keepalive(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval, text) FROM PUBLIC;
 
 -- deployment checks
