@@ -18,6 +18,12 @@
  * Because the lock is taken on the very version that was checked and
  * never waited for, the fast path cannot leave a stray lock behind.
  *
+ * For the same reason fence_store.c takes its uncontended advance lock
+ * (FOR NO KEY UPDATE of a row recording a lower token) here too: SELECT
+ * ... FOR NO KEY UPDATE SKIP LOCKED locks the newest version when the one
+ * its snapshot saw was updated since, and keeps that lock when the newer
+ * token fails its WHERE clause.
+ *
  * IDENTIFICATION
  *	  src/fence_fastpath.c
  *
@@ -66,14 +72,47 @@ fence_fastpath_lease_over(TupleTableSlot *slot, AttrNumber lease_attnum)
 }
 
 /*
- * Share-lock the fence row of resource if it records exactly token, from
- * a holder compatible with holder, and nobody holds a conflicting lock.
- * Returns true, with the row locked until the transaction (or the current
- * subtransaction) ends and *outcome filled, or false to fall back to SPI.
+ * What a caller wants of the fence row, and the lock it takes for it.
  */
-bool
-fence_fastpath_share_equal(const char *resource, int64 token,
-						   const char *holder, FenceOutcome *outcome)
+typedef enum FastpathWant
+{
+	FASTPATH_SHARE_EQUAL,		/* exactly token, compatible holder: share */
+	FASTPATH_LOCK_LOWER			/* a token lower than token: lock to advance */
+} FastpathWant;
+
+/*
+ * Does the version in slot give what the caller wants?  For an equal token
+ * the recorded holder is returned in *recorded_holder.
+ */
+static bool
+fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
+					 AttrNumber lease_attnum, int64 token, const char *holder,
+					 int64 *recorded, char **recorded_holder)
+{
+	bool		isnull;
+	Datum		d;
+
+	*recorded = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
+	if (want == FASTPATH_LOCK_LOWER)
+		return *recorded < token;
+
+	d = slot_getattr(slot, Anum_fences_holder, &isnull);
+	*recorded_holder = isnull ? NULL : TextDatumGetCString(d);
+	return *recorded == token &&
+		(*recorded_holder == NULL || holder == NULL ||
+		 strcmp(*recorded_holder, holder) == 0) &&
+		!fence_fastpath_lease_over(slot, lease_attnum);
+}
+
+/*
+ * Lock the fence row of resource in the mode want calls for, if the version
+ * our snapshot sees gives what want asks and nobody holds a conflicting
+ * lock.  Returns true with the row locked until the transaction (or the
+ * current subtransaction) ends, or false having locked nothing.
+ */
+static bool
+fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
+					const char *holder, FenceOutcome *outcome)
 {
 	Oid			nspid;
 	Oid			relid;
@@ -86,13 +125,15 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 	TupleTableSlot *slot;
 	bool		accepted = false;
 	AttrNumber	lease_attnum;
+	LockTupleMode mode = want == FASTPATH_SHARE_EQUAL ?
+		LockTupleShare : LockTupleNoKeyExclusive;
 
 	nspid = get_namespace_oid("lockfence", true);
 	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
 	if (!OidIsValid(relid))
 		return false;			/* let the SPI path report it */
 
-	/* The lock SELECT ... FOR SHARE would take on the table. */
+	/* The lock SELECT ... FOR SHARE (or FOR NO KEY UPDATE) would take. */
 	rel = table_open(relid, RowShareLock);
 	indexid = lf_primary_key_index(rel);
 	if (!OidIsValid(indexid) ||
@@ -118,20 +159,11 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		isnull;
-		Datum		d;
 		int64		recorded;
 		char	   *recorded_holder = NULL;
 
-		recorded = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
-		d = slot_getattr(slot, Anum_fences_holder, &isnull);
-		if (!isnull)
-			recorded_holder = TextDatumGetCString(d);
-
-		if (recorded == token &&
-			(recorded_holder == NULL || holder == NULL ||
-			 strcmp(recorded_holder, holder) == 0) &&
-			!fence_fastpath_lease_over(slot, lease_attnum))
+		if (fence_fastpath_judge(want, slot, lease_attnum, token, holder,
+								 &recorded, &recorded_holder))
 		{
 			ItemPointerData tid = slot->tts_tid;
 			TM_FailureData tmfd;
@@ -143,7 +175,7 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 			 */
 			result = table_tuple_lock(rel, &tid, snapshot, slot,
 									  GetCurrentCommandId(true),
-									  LockTupleShare, LockWaitSkip, 0, &tmfd);
+									  mode, LockWaitSkip, 0, &tmfd);
 			if (result == TM_Ok)
 			{
 				accepted = true;
@@ -160,4 +192,33 @@ fence_fastpath_share_equal(const char *resource, int64 token,
 	index_close(index, AccessShareLock);
 	table_close(rel, NoLock);	/* keep the table lock, like a statement */
 	return accepted;
+}
+
+/*
+ * Share-lock the fence row of resource if it records exactly token, from
+ * a holder compatible with holder, and nobody holds a conflicting lock.
+ * Returns true, with the row locked until the transaction (or the current
+ * subtransaction) ends and *outcome filled, or false to fall back to SPI.
+ */
+bool
+fence_fastpath_share_equal(const char *resource, int64 token,
+						   const char *holder, FenceOutcome *outcome)
+{
+	return fence_fastpath_lock(FASTPATH_SHARE_EQUAL, resource, token, holder,
+							   outcome);
+}
+
+/*
+ * Lock the fence row of resource FOR NO KEY UPDATE, to advance it to
+ * token, if it records a lower token and nobody holds it.  Returns false,
+ * having locked nothing, otherwise (also when the row changed since our
+ * snapshot): the caller then reads the row again or waits.
+ */
+bool
+fence_fastpath_lock_lower(const char *resource, int64 token)
+{
+	FenceOutcome outcome;
+
+	return fence_fastpath_lock(FASTPATH_LOCK_LOWER, resource, token, NULL,
+							   &outcome);
 }

@@ -23,17 +23,22 @@
  *	  competitor that advanced to the same token first makes us wait for it
  *	  as any advancer does, and then see the token as equal.
  *
- * A statement that waits for another transaction's row lock locks the
- * newest row version before re-checking its WHERE clause, and keeps that
- * lock even when the re-check fails.  So the locking statements first run
- * with SKIP LOCKED, which never waits; only when they skip does a check
- * wait, in an internal subtransaction that is kept when the wait yields the
- * lock the verdict needs and rolled back otherwise, and then look again.
- * Rejected checks therefore never leave a lock behind (try_fence() may go
- * on with its transaction), accepted ones hold exactly the lock they need,
- * and waiting advancers keep their place in the row lock queue.  The
- * uncontended path needs no subtransaction (which matters for bulk writes
- * that fence many resources in one transaction).
+ * Under READ COMMITTED, a locking statement that finds the version its
+ * snapshot saw updated since locks the newest version before re-checking
+ * its WHERE clause (EvalPlanQual), and keeps that lock even when the
+ * re-check fails: whether it waited for the updater, or the update merely
+ * committed between its snapshot and its lock (even with SKIP LOCKED).
+ * So no locking statement runs outside a subtransaction here: the
+ * uncontended locks are taken in C (fence_fastpath.c) on exactly the
+ * version judged, never waiting and never following an update chain; when
+ * that fails, a check waits with a statement in an internal subtransaction
+ * that is kept when the wait yields the lock the verdict needs and rolled
+ * back otherwise, and then looks again.  Rejected checks therefore never
+ * leave a lock behind (try_fence() may go on with its transaction),
+ * accepted ones hold exactly the lock they need, and waiting advancers
+ * keep their place in the row lock queue.  The uncontended path needs no
+ * subtransaction (which matters for bulk writes that fence many resources
+ * in one transaction).
  *
  * Under REPEATABLE READ and SERIALIZABLE, locking a row that a concurrent
  * transaction advanced after our snapshot raises a serialization failure;
@@ -66,10 +71,8 @@
 /* The statements, and their saved plans (prepared on first use). */
 typedef enum FenceStatement
 {
-	FENCE_SHARE_EQUAL,
 	FENCE_SHARE_EQUAL_WAIT,
 	FENCE_READ,
-	FENCE_LOCK_LOWER,
 	FENCE_RAISE,
 	FENCE_RAISE_WAIT,
 	FENCE_INSERT,
@@ -106,21 +109,17 @@ typedef enum FenceStatement
 	" RETURNING token"
 
 static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
-	/* FENCE_SHARE_EQUAL: share the row if it holds exactly this token */
-	FENCE_SHARE_EQUAL_SQL " SKIP LOCKED",
-	/* FENCE_SHARE_EQUAL_WAIT: the same, waiting for an advance in flight */
+	/*
+	 * FENCE_SHARE_EQUAL_WAIT: share the row if it holds exactly this token,
+	 * waiting for an advance in flight
+	 */
 	FENCE_SHARE_EQUAL_SQL,
 
 	/* FENCE_READ */
 	"SELECT token, holder, %s FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
 
-	/* FENCE_LOCK_LOWER: lock the row for an advance, if nobody holds it */
-	"SELECT token FROM lockfence.fences"
-	" WHERE resource OPERATOR(pg_catalog.=) $1"
-	" AND token OPERATOR(pg_catalog.<) $2"
-	" FOR NO KEY UPDATE SKIP LOCKED",
-	/* FENCE_RAISE: advance a row locked by FENCE_LOCK_LOWER (ends a lease) */
+	/* FENCE_RAISE: advance a row locked by fence_fastpath_lock_lower */
 	FENCE_RAISE_SQL,
 	/* FENCE_RAISE_WAIT: advance, waiting for the row's lockers */
 	FENCE_RAISE_SQL,
@@ -179,7 +178,6 @@ fence_statement_text(FenceStatement stmt)
 
 	switch (stmt)
 	{
-		case FENCE_SHARE_EQUAL:
 		case FENCE_SHARE_EQUAL_WAIT:
 			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l),
 							FENCE_LEASE_UNEXPIRED(l));
@@ -407,18 +405,14 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 
 	fence_store_enter(&state);
 
-	for (;;)
+	for (bool retry = false;; retry = true)
 	{
 		CHECK_FOR_INTERRUPTS();
 
-		/* The common case: the token recorded, by a compatible holder. */
-		if (!must_advance &&
-			fence_execute(FENCE_SHARE_EQUAL, resource, token, holder) == 1)
-		{
-			fence_fetch_row(outcome, callercxt);
-			outcome->verdict = FENCE_ACCEPTED;
+		/* After a wait: the token recorded, by a compatible holder? */
+		if (retry && !must_advance &&
+			fence_fastpath_share_equal(resource, token, holder, outcome))
 			break;
-		}
 
 		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
 		{
@@ -452,8 +446,11 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 			continue;
 		}
 
-		/* Higher: lock the row if nobody holds it, else wait in line. */
-		if (fence_execute(FENCE_LOCK_LOWER, resource, token, holder) == 1)
+		/*
+		 * Higher: lock the row if nobody holds it and it has not changed
+		 * since we read it, else wait in line (or read it again).
+		 */
+		if (fence_fastpath_lock_lower(resource, token))
 		{
 			if (fence_execute(FENCE_RAISE, resource, token, holder) != 1)
 				elog(ERROR, "fence row for resource \"%s\" changed while locked",

@@ -92,6 +92,7 @@ extern void fence_store_leave(FenceStoreState *state);
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
 									   FenceOutcome *outcome);
+extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
