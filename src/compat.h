@@ -103,4 +103,17 @@
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
 #endif
 
+/*
+ * A GUC check hook's extra data is freed by the GUC machinery: with free()
+ * before 16, with guc_free() (a pfree in the GUC memory context) from 16
+ * on, so it must come from the matching allocator.
+ */
+#if PG_VERSION_NUM >= 160000
+#define lf_guc_malloc(size) guc_malloc(LOG, (size))
+#define lf_guc_free(ptr) guc_free(ptr)
+#else
+#define lf_guc_malloc(size) malloc(size)
+#define lf_guc_free(ptr) free(ptr)
+#endif
+
 #endif							/* LOCKFENCE_COMPAT_H */

@@ -109,9 +109,10 @@ check_endpoint(const char *ep)
 /*
  * Check hook for lockfence.etcd_endpoints: a non-empty comma-separated list
  * of http:// or https:// URLs without whitespace inside.  The list is
- * parsed here, once, into the extra data (one malloc'd block, as the GUC
- * machinery requires): the URLs without surrounding spaces or trailing
- * slashes, which requests append their path to.
+ * parsed here, once, into the extra data (one block, from the allocator
+ * the GUC machinery frees it with: lf_guc_malloc): the URLs without
+ * surrounding spaces or trailing slashes, which requests append their
+ * path to.
  */
 static bool
 check_endpoints(char **newval, void **extra, GucSource source)
@@ -132,7 +133,7 @@ check_endpoints(char **newval, void **extra, GucSource source)
 
 	/* room for every URL (at most one per comma, plus one) and its text */
 	max_n = strlen(*newval) / 2 + 1;
-	list = malloc(offsetof(EtcdEndpointList, url) + max_n * sizeof(char *) +
+	list = lf_guc_malloc(offsetof(EtcdEndpointList, url) + max_n * sizeof(char *) +
 				  strlen(*newval) + 1);
 	if (list == NULL)
 	{
@@ -153,7 +154,7 @@ check_endpoints(char **newval, void **extra, GucSource source)
 			p[-1] = '\0';
 		if (!check_endpoint(tok))
 		{
-			free(list);
+			lf_guc_free(list);
 			return false;
 		}
 		for (p = tok + strlen(tok); p > tok && p[-1] == '/'; p--)
@@ -165,7 +166,7 @@ check_endpoints(char **newval, void **extra, GucSource source)
 
 	if (n == 0)
 	{
-		free(list);
+		lf_guc_free(list);
 		GUC_check_errdetail("At least one etcd endpoint is required.");
 		return false;
 	}
