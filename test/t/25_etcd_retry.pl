@@ -104,8 +104,9 @@ for my $which ('own', 'foreign')
 	else
 	{
 		# another holder's key (etcdctl's lease): deleted first, by a txn
-		# that checks its lease
-		($lease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
+		# that checks its lease.  etcdctl pads lease IDs to 16 digits; lock
+		# keys, like Go's Mutex, have no leading zeros.
+		($lease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease 0*([0-9a-f]+) granted/;
 		$key = "$name/$lease";
 		$etcd->etcdctl('put', "--lease=$lease", $key, '');
 	}
@@ -163,7 +164,7 @@ is($s->query_safe("SELECT lockfence.etcd_unlock('$key')"), 't', 'cnt3 released')
 
 # Another holder's key: a txn deletes it (if attached to its lease), then
 # its lease is revoked.
-my ($olease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease ([0-9a-f]+) granted/;
+my ($olease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease 0*([0-9a-f]+) granted/;
 $key = "cnt4/$olease";
 $etcd->etcdctl('put', "--lease=$olease", $key, '');
 %before = map { $_ => hits($_) } ('/v3/kv/txn', '/v3/lease/revoke');
