@@ -229,6 +229,23 @@ fence_many_uncovered(const FenceMany *call)
 	return n;
 }
 
+/* fence_many_check's arguments and result, for lockfence_run_in_subxact */
+typedef struct FenceManyStep
+{
+	const FenceMany *call;
+	FenceOutcome *outcome;
+	int			rejected;
+} FenceManyStep;
+
+static bool
+fence_many_check_step(void *arg)
+{
+	FenceManyStep *step = (FenceManyStep *) arg;
+
+	step->rejected = fence_many_check(step->call, step->outcome);
+	return step->rejected < 0;
+}
+
 /*
  * Run fence_many_check in an internal subtransaction, kept when every
  * resource was accepted and rolled back at the first rejection, so that
@@ -239,38 +256,10 @@ fence_many_uncovered(const FenceMany *call)
 static int
 fence_many_check_atomic(const FenceMany *call, FenceOutcome *outcome)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	int			rejected = -1;
+	FenceManyStep step = {call, outcome, -1};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-
-	PG_TRY();
-	{
-		rejected = fence_many_check(call, outcome);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (rejected < 0)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcxt);
-	CurrentResourceOwner = oldowner;
-	return rejected;
+	(void) lockfence_run_in_subxact(fence_many_check_step, &step);
+	return step.rejected;
 }
 
 /*

@@ -318,46 +318,38 @@ fence_store_leave(FenceStoreState *state)
  * locks and changes, if the statement returned a row; otherwise rolls the
  * subtransaction back, releasing whatever lock the wait left behind.
  */
+/* fence_execute_waiting's arguments, for lockfence_run_in_subxact */
+typedef struct FenceWaitingStep
+{
+	FenceStatement stmt;
+	const char *resource;
+	int64		token;
+	const char *holder;
+	FenceOutcome *outcome;
+	MemoryContext callercxt;
+} FenceWaitingStep;
+
+static bool
+fence_execute_waiting_step(void *arg)
+{
+	FenceWaitingStep *step = (FenceWaitingStep *) arg;
+	bool		got_row;
+
+	got_row = fence_execute(step->stmt, step->resource, step->token,
+							step->holder) == 1;
+	if (got_row && step->stmt == FENCE_SHARE_EQUAL_WAIT)
+		fence_fetch_row(step->outcome, step->callercxt);
+	return got_row;
+}
+
 static bool
 fence_execute_waiting(FenceStatement stmt, const char *resource, int64 token,
 					  const char *holder, FenceOutcome *outcome,
 					  MemoryContext callercxt)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		got_row = false;
+	FenceWaitingStep step = {stmt, resource, token, holder, outcome, callercxt};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-
-	PG_TRY();
-	{
-		got_row = fence_execute(stmt, resource, token, holder) == 1;
-		if (got_row && stmt == FENCE_SHARE_EQUAL_WAIT)
-			fence_fetch_row(outcome, callercxt);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		/* Save the error, leave the subtransaction, re-raise outside. */
-		MemoryContextSwitchTo(callercxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (got_row)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcxt);
-	CurrentResourceOwner = oldowner;
-	return got_row;
+	return lockfence_run_in_subxact(fence_execute_waiting_step, &step);
 }
 
 static void

@@ -225,63 +225,54 @@ interval_usecs(const Interval *i)
  * that fenced with the expired token, or a competing grant), bounded by the
  * deadline through lock_timeout (SQLSTATE 55P03).  Without, it never waits.
  */
+/* lease_grant's arguments, for lockfence_run_in_subxact */
+typedef struct LeaseGrantStep
+{
+	const char *name;
+	const char *holder;
+	Datum		ttl;
+	bool		wait;
+	TimestampTz deadline;
+	LeaseRow   *prev;
+	LeaseRow   *row;
+} LeaseGrantStep;
+
+static bool
+lease_grant_step(void *arg)
+{
+	LeaseGrantStep *step = (LeaseGrantStep *) arg;
+
+	if (step->wait && step->deadline != 0)
+	{
+		long		ms = (step->deadline - GetCurrentTimestamp()) / 1000;
+		char		buf[32];
+
+		/* Ending the subtransaction restores lock_timeout. */
+		snprintf(buf, sizeof(buf), "%ld", Max(ms, 1));
+		(void) NewGUCNestLevel();
+		(void) set_config_option("lock_timeout", buf, PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true,
+								 0, false);
+	}
+	if (step->wait)
+		return lease_execute(LEASE_GRANT, step->name, 0, step->holder,
+							 step->ttl, false, step->row) == 1;
+	if (lease_execute(LEASE_LOCK_FREE, step->name, 0, step->holder,
+					  step->ttl, false, step->prev) != 1)
+		return false;
+	if (lease_execute(LEASE_GRANT, step->name, 0, step->holder, step->ttl,
+					  false, step->row) != 1)
+		elog(ERROR, "lease row for \"%s\" changed while locked", step->name);
+	return true;
+}
+
 static bool
 lease_grant(const char *name, const char *holder, Datum ttl, bool wait,
 			TimestampTz deadline, LeaseRow *prev, LeaseRow *row)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool granted = false;
+	LeaseGrantStep step = {name, holder, ttl, wait, deadline, prev, row};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-
-	PG_TRY();
-	{
-		if (wait && deadline != 0)
-		{
-			long		ms = (deadline - GetCurrentTimestamp()) / 1000;
-			char		buf[32];
-
-			snprintf(buf, sizeof(buf), "%ld", Max(ms, 1));
-			(void) NewGUCNestLevel();
-			(void) set_config_option("lock_timeout", buf, PGC_USERSET,
-									 PGC_S_SESSION, GUC_ACTION_SAVE, true,
-									 0, false);
-		}
-		if (wait)
-			granted = lease_execute(LEASE_GRANT, name, 0, holder, ttl, false,
-									row) == 1;
-		else if (lease_execute(LEASE_LOCK_FREE, name, 0, holder, ttl, false,
-							   prev) == 1)
-		{
-			if (lease_execute(LEASE_GRANT, name, 0, holder, ttl, false, row) != 1)
-				elog(ERROR, "lease row for \"%s\" changed while locked", name);
-			granted = true;
-		}
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	/* Ending the subtransaction also restores lock_timeout. */
-	if (granted)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcxt);
-	CurrentResourceOwner = oldowner;
-	return granted;
+	return lockfence_run_in_subxact(lease_grant_step, &step);
 }
 
 /*
@@ -290,42 +281,33 @@ lease_grant(const char *name, const char *holder, Datum ttl, bool wait,
  * re-check after the wait fails (the lease was taken over meanwhile) the
  * lock it got on the newest version must not outlive the call.
  */
+/* lease_update_sub's arguments, for lockfence_run_in_subxact */
+typedef struct LeaseUpdateStep
+{
+	LeaseStatement stmt;
+	const char *name;
+	int64		token;
+	Datum		ttl;
+	bool		ttl_null;
+	LeaseRow   *row;
+} LeaseUpdateStep;
+
+static bool
+lease_update_step(void *arg)
+{
+	LeaseUpdateStep *step = (LeaseUpdateStep *) arg;
+
+	return lease_execute(step->stmt, step->name, step->token, NULL,
+						 step->ttl, step->ttl_null, step->row) == 1;
+}
+
 static bool
 lease_update_sub(LeaseStatement stmt, const char *name, int64 token,
 				 Datum ttl, bool ttl_null, LeaseRow *row)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	volatile bool done = false;
+	LeaseUpdateStep step = {stmt, name, token, ttl, ttl_null, row};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-
-	PG_TRY();
-	{
-		done = lease_execute(stmt, name, token, NULL, ttl, ttl_null, row) == 1;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (done)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcxt);
-	CurrentResourceOwner = oldowner;
-	return done;
+	return lockfence_run_in_subxact(lease_update_step, &step);
 }
 
 /*

@@ -88,6 +88,9 @@ extern bool fence_store_delete(const char *resource);
 extern void fence_store_enter(FenceStoreState *state);
 extern void fence_store_leave(FenceStoreState *state);
 
+/* subxact.c: a step whose row locks are kept only when it succeeds */
+extern bool lockfence_run_in_subxact(bool (*step) (void *arg), void *arg);
+
 /* fence_fastpath.c: an equal, uncontended token without SPI */
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
