@@ -12,7 +12,8 @@
  *	etcd_session.c	session leases (one per TTL) and the locks held on them;
  *					transaction-scoped release; revocation at exit
  *	etcd_commit_check.c	the commit-time lock check
- *	etcd_lock.c		the lock protocol (acquire, confirm, unlock)
+ *	etcd_lock.c		the lock protocol (queue, confirm, unlock)
+ *	etcd_lock_wait.c	waiting for the predecessor with a synced watch
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
  *
  * Everything declared here is internal to the library: with GCC and
@@ -125,6 +126,7 @@ extern EtcdHttpStatus etcd_http_status(EtcdHttpReq *req);
 extern long etcd_http_code(EtcdHttpReq *req);
 extern const char *etcd_http_error(EtcdHttpReq *req);
 extern char *etcd_http_take_body(EtcdHttpReq *req, int *len);
+extern const char *etcd_http_peek_body(EtcdHttpReq *req, size_t *len);
 extern const char *etcd_http_request_body(EtcdHttpReq *req);
 extern void etcd_http_finish(EtcdHttpReq *req);
 extern bool etcd_http_wait(long max_wait_ms);
@@ -208,6 +210,7 @@ extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern EtcdFieldStatus etcd_json_get_int64(JsonbContainer *c, const char *key,
 										   int64 *value);
 extern bool etcd_json_int64(JsonbContainer *c, const char *key, int64 *value);
+extern bool etcd_json_bool(JsonbContainer *c, const char *key);
 extern EtcdFieldStatus etcd_json_get_string(JsonbContainer *c, const char *key,
 											char **value);
 extern char *etcd_json_string(JsonbContainer *c, const char *key);
@@ -283,12 +286,21 @@ typedef struct EtcdLockResult
 } EtcdLockResult;
 
 extern void etcd_lock_check_args(const char *name, int ttl);
+extern char *etcd_prefix_end_b64(const char *prefix);
 extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
 							  bool try_only, EtcdLockResult *res);
 extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
+pg_noreturn extern void etcd_report_lock_lost(const char *name,
+											const char *key,
+											const char *detail);
+
+/* etcd_lock_wait.c */
+extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
+						   int64 my_rev, int ttl, long wait_ms,
+						   bool renew_now);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

@@ -780,6 +780,18 @@ etcd_http_request_body(EtcdHttpReq *req)
 }
 
 /*
+ * The reply bytes received so far, for a streaming reply (an etcd watch)
+ * that the caller reads while the request still runs.  The pointer stays
+ * valid until the next etcd_http_wait() or etcd_http_finish().
+ */
+const char *
+etcd_http_peek_body(EtcdHttpReq *req, size_t *len)
+{
+	*len = req->resp_len;
+	return req->resp ? req->resp : "";
+}
+
+/*
  * Copy the reply body into palloc'd memory.
  */
 char *

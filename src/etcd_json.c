@@ -373,6 +373,22 @@ etcd_json_int64(JsonbContainer *c, const char *key, int64 *value)
 }
 
 /*
+ * A boolean field; false when absent or null, which is how etcd sends
+ * false.  Anything else is a malformed reply.
+ */
+bool
+etcd_json_bool(JsonbContainer *c, const char *key)
+{
+	JsonbValue *v = member(c, key);
+
+	if (v == NULL || v->type == jbvNull)
+		return false;
+	if (v->type != jbvBool)
+		malformed_in(c, psprintf("Field \"%s\" is not a boolean.", key));
+	return v->val.boolean;
+}
+
+/*
  * A string field, palloc'd in *value, without raising an error.
  */
 EtcdFieldStatus

@@ -6,14 +6,17 @@
  *
  * A lock is a key "<name>/<lease ID in lowercase hex>" created under the
  * session lease of its TTL (etcd_session.c); the holder is the key under
- * "<name>/" with the lowest create_revision.  Acquisition lets etcd's lock service
- * (/v3/lock/lock) do the waiting, keeping the lease alive meanwhile, so
- * `etcdctl lock NAME` and lockfence exclude each other in FIFO order.
+ * "<name>/" with the lowest create_revision, so `etcdctl lock NAME`, Go's
+ * concurrency.Mutex and lockfence exclude each other in FIFO order.  One
+ * transaction creates our key and reads the holder: an uncontended lock
+ * costs that request alone.  Otherwise etcd_lock_wait.c waits for the keys
+ * ahead of ours to go, keeping the lease alive meanwhile.
  *
- * The fencing token is the create_revision of our key, read back after
- * the lock service answers: etcd 3.4 answers "locked" even to a waiter
- * whose lease expired while it waited, so a missing key (or one that is
- * not the holder) is reported as a lost lock (LF003), never as a token.
+ * The fencing token is the create_revision of our key, issued only once
+ * a linearizable read found our key under our lease and none older: a
+ * waiter whose key or lease went away while it waited (etcd 3.4's lock
+ * service even answered "locked" then) is reported as a lost lock
+ * (LF003), never given a token.
  *
  * Any error during an acquisition (cancel, statement timeout, wait
  * timeout, lost lease, transport failure) abandons the requests in flight
@@ -41,26 +44,6 @@
 #include "lockfence.h"
 #include "metrics.h"
 
-/* State of one wait for the lock service (wait_for_lock). */
-typedef struct LockWait
-{
-	const char *name;
-	volatile int64 *lease;		/* updated when queued again */
-	int			req_ttl;		/* TTL asked for */
-	int		   *ttl;			/* TTL granted */
-	char	   *key;			/* our key under *lease */
-	EtcdHttpReq *lock_req;		/* lock service request in flight */
-	EtcdHttpReq *ka_req;		/* keepalive in flight */
-	const char *lock_ep;		/* endpoint of lock_req */
-	const char *ka_ep;			/* endpoint of ka_req */
-	TimestampTz deadline;		/* of the wait; 0: none */
-	TimestampTz next_ka;		/* when to send the next keepalive */
-	TimestampTz ka_sent_at;		/* when ka_req was sent */
-	TimestampTz retry_at;		/* when to (re)send the lock request */
-	long		ka_interval_ms;
-	EtcdRetry	retry;			/* for failed lock requests */
-} LockWait;
-
 /*
  * Release a lock of ours (key on lease) that was not handed to the SQL
  * caller, after an error, quietly within etcd_cleanup_budget_ms():
@@ -84,8 +67,8 @@ etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
 /*
  * Raise the error for a lock we no longer hold.
  */
-static void
-report_lock_lost(const char *name, const char *key, const char *detail)
+void
+etcd_report_lock_lost(const char *name, const char *key, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
@@ -108,8 +91,8 @@ lock_key(const char *name, int64 lease)
 /*
  * Base64 of the first key after every key starting with prefix.
  */
-static char *
-prefix_end_b64(const char *prefix)
+char *
+etcd_prefix_end_b64(const char *prefix)
 {
 	int			len = strlen(prefix);
 	char	   *end = pnstrdup(prefix, len);
@@ -120,438 +103,122 @@ prefix_end_b64(const char *prefix)
 }
 
 /*
- * Read back our key and the holder of the name in one transaction.
- * Returns true with *token set to our key's create_revision when our key
- * is the holder.  Raises LF003 when our key is gone or belongs to another
- * lease.  When another key is ahead of ours, raises LF003 too, unless
- * queued_ok, in which case it returns false.
+ * The transaction operation that reads the holder of name: the key under
+ * "<name>/" with the lowest create_revision.
  */
-static bool
-confirm_lock(const char *name, const char *key, int64 lease, bool queued_ok,
-			 int64 *token)
+static char *
+holder_range_op(const char *name)
 {
-	StringInfoData body;
-	EtcdReply	reply;
 	char	   *prefix = psprintf("%s/", name);
-	JsonbContainer *root;
-	JsonbContainer *r0;
-	JsonbContainer *r1;
+
+	return psprintf("{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+					"\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":\"1\"}}",
+					etcd_b64_encode(prefix, strlen(prefix)),
+					etcd_prefix_end_b64(prefix));
+}
+
+/*
+ * Response i of a transaction reply, which must be a range response.
+ */
+static JsonbContainer *
+txn_range(EtcdReply *reply, int i, const char *what)
+{
+	JsonbContainer *r;
+
+	r = etcd_json_object(etcd_json_array_object(&reply->json->root,
+												"responses", i),
+						 "response_range");
+	if (r == NULL)
+		etcd_malformed_reply(what,
+							 "The transaction reply lacks a range response.");
+	return r;
+}
+
+/*
+ * Our key's create_revision, from a range over the key.  Raises LF003
+ * when the key is gone or attached to another lease.
+ */
+static int64
+own_key_revision(JsonbContainer *r, const char *name, const char *key,
+				 int64 lease, const char *what)
+{
 	JsonbContainer *kv;
 	int64		create_rev;
 	int64		kv_lease = 0;
-	char	   *owner;
-	int			owner_len;
 
-	initStringInfo(&body);
-	appendStringInfo(&body,
-					 "{\"success\":["
-					 "{\"request_range\":{\"key\":\"%s\"}},"
-					 "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-					 "\"sort_target\":\"CREATE\",\"sort_order\":\"ASCEND\",\"limit\":\"1\"}}]}",
-					 etcd_b64_encode(key, strlen(key)),
-					 etcd_b64_encode(prefix, strlen(prefix)),
-					 prefix_end_b64(prefix));
-
-	if (!etcd_call("/v3/kv/txn", body.data, etcd_request_timeout_ms, false,
-				   &reply))
-		etcd_report_reply_error("reading back the lock key", &reply);
-
-	root = &reply.json->root;
-	if (etcd_json_array_length(root, "responses") != 2)
-		etcd_malformed_reply("reading back the lock key",
-							 "The transaction reply does not carry two responses.");
-	r0 = etcd_json_object(etcd_json_array_object(root, "responses", 0),
-						  "response_range");
-	r1 = etcd_json_object(etcd_json_array_object(root, "responses", 1),
-						  "response_range");
-	if (r0 == NULL || r1 == NULL)
-		etcd_malformed_reply("reading back the lock key",
-							 "The transaction reply does not carry two range responses.");
-
-	if (etcd_json_array_length(r0, "kvs") == 0)
-		report_lock_lost(name, key,
-						 "The lock key no longer exists: its lease expired or was revoked while waiting.");
-	kv = etcd_json_array_object(r0, "kvs", 0);
+	if (etcd_json_array_length(r, "kvs") == 0)
+		etcd_report_lock_lost(name, key,
+							  "The lock key no longer exists: its lease expired or was revoked while waiting.");
+	kv = etcd_json_array_object(r, "kvs", 0);
 	if (!etcd_json_int64(kv, "create_revision", &create_rev) || create_rev <= 0)
-		etcd_malformed_reply("reading back the lock key",
-							 "The lock key has no create_revision.");
+		etcd_malformed_reply(what, "The lock key has no create_revision.");
 	(void) etcd_json_int64(kv, "lease", &kv_lease);
 	if (kv_lease != lease)
-		report_lock_lost(name, key,
-						 psprintf("The lock key is attached to lease " INT64_FORMAT ", not " INT64_FORMAT ".",
-								  kv_lease, lease));
+		etcd_report_lock_lost(name, key,
+							  psprintf("The lock key is attached to lease " INT64_FORMAT ", not " INT64_FORMAT ".",
+									   kv_lease, lease));
+	return create_rev;
+}
 
-	if (etcd_json_array_length(r1, "kvs") == 0)
-		etcd_malformed_reply("reading back the lock key",
+/*
+ * Is key the holder, per the range response of holder_range_op()?
+ */
+static bool
+key_is_holder(JsonbContainer *r, const char *key, const char *what)
+{
+	char	   *holder;
+	int			holder_len;
+
+	if (etcd_json_array_length(r, "kvs") == 0)
+		etcd_malformed_reply(what,
 							 "The range over the lock name found no key.");
-	owner = etcd_json_bytes(etcd_json_array_object(r1, "kvs", 0), "key",
-							&owner_len);
-	if (owner == NULL || owner_len != (int) strlen(key) ||
-		memcmp(owner, key, owner_len) != 0)
-	{
-		if (queued_ok)
-			return false;
-		report_lock_lost(name, key,
-						 "Another key under the lock name has a lower create_revision, so this session is not the holder.");
-	}
-
-	*token = create_rev;
-	return true;
+	holder = etcd_json_bytes(etcd_json_array_object(r, "kvs", 0), "key",
+							 &holder_len);
+	return holder != NULL && holder_len == (int) strlen(key) &&
+		memcmp(holder, key, holder_len) == 0;
 }
 
 /*
- * Start the lock service request for our lease.
- */
-static EtcdHttpReq *
-start_lock_request(const char *name, int64 lease)
-{
-	char	   *url;
-	char	   *body;
-
-	url = psprintf("%s/v3/lock/lock", etcd_current_endpoint());
-	body = psprintf("{\"name\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}",
-					etcd_b64_encode(name, strlen(name)), lease);
-	/* no total timeout: the wait is bounded by the caller's deadline */
-	return etcd_http_start(url, body, etcd_auth_token(false), 0,
-						   etcd_connect_timeout_ms);
-}
-
-/*
- * Queue again under another lease, after the member that has our lock
- * request stopped answering.  The request cannot simply be sent again
- * under the same lease: when a hung member wakes up, etcd's lock service
- * there sees its client gone and deletes the waiter key it created, which
- * is the same key, so it would silently take away a lock granted through
- * another member meanwhile.  So the old key is deleted at once, so it
- * blocks nobody (by revoking its lease if it carries no other lock of
- * ours), the old lease takes no new locks, and a new session lease is
- * granted, at the price of the place in the queue.  Errors are raised as usual; the caller's
- * cleanup then revokes *lease, and a lease that could not be revoked
- * stays tracked for revocation at exit.  Returns the new key.
- */
-static char *
-requeue_new_lease(const char *name, volatile int64 *lease, int req_ttl,
-				  int *ttl)
-{
-	int64		old = *lease;
-	char	   *old_key = lock_key(name, old);
-	bool		fresh;
-	bool		deleted;
-
-	etcd_session_retire(old);
-	if (etcd_session_lease_shared(old, old_key))
-		(void) etcd_lease_delete_key(old, old_key, etcd_request_timeout_ms,
-									 false, &deleted);
-	else
-		(void) etcd_lease_revoke(old, etcd_request_timeout_ms, false);
-	*lease = etcd_session_lease(req_ttl, ttl, &fresh);
-	elog(DEBUG1, "etcd lock \"%s\": the member holding the lock request did not answer; queued again under lease " INT64_FORMAT " instead of " INT64_FORMAT,
-		 name, *lease, old);
-	return lock_key(name, *lease);
-}
-
-
-/*
- * A lock request got no HTTP answer: send it again per the retry policy,
- * or raise the error.
- */
-static void
-lock_wait_transport_failed(LockWait *w, EtcdHttpStatus st)
-{
-	char	   *err = (char *) etcd_http_error(w->lock_req);
-	const char *ep = w->lock_ep;
-
-	etcd_http_finish(w->lock_req);
-	w->lock_req = NULL;
-	if (st == ETCD_HTTP_TOO_LARGE ||
-		(st == ETCD_HTTP_TLS_FAILED && etcd_retry_tls_exhausted(&w->retry)) ||
-		!etcd_retry_next(&w->retry, &w->retry_at))
-		etcd_report_transport_error("a lock request", st, ep, err);
-	elog(DEBUG1, "etcd lock request to %s failed: %s", ep, err);
-}
-
-/*
- * The lock service answered an error: a lost lease is a lost lock; an
- * answer etcd_reply_error_action calls transient (or a rejected auth
- * token) sends the request again per the retry policy; anything else is
- * raised.
- */
-static void
-lock_wait_error_reply(LockWait *w, long code, Jsonb *jb)
-{
-	EtcdReply	reply;
-
-	if (!etcd_reply_fill_error(&reply, code, jb, w->lock_ep))
-		etcd_malformed_reply("a lock request",
-							 "The error reply's \"code\" or \"message\" field has the wrong type.");
-	if (reply.error_text &&
-		strstr(reply.error_text, "lease not found") != NULL)
-		report_lock_lost(w->name, w->key,
-						 "The lease expired or was revoked before the lock was granted.");
-	if (etcd_reply_error_action(&reply, true) != ETCD_ERROR_FINAL &&
-		etcd_retry_next(&w->retry, &w->retry_at))
-		return;
-	etcd_report_reply_error("a lock request", &reply);
-}
-
-/*
- * Look at the lock request if it finished.  Returns true when the lock
- * service granted our key.
+ * Queue our key under name, as the Mutex does, in one transaction: create
+ * it under our lease unless it exists, and read the holder.  Sets *my_rev
+ * to our key's create_revision; returns true when our key is the holder,
+ * so that an uncontended lock costs this one request.
  */
 static bool
-lock_wait_check_lock(LockWait *w)
+queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 {
-	EtcdHttpStatus st;
-	long		code;
-	char	   *resp;
-	int			len;
-	Jsonb	   *jb = NULL;
-	bool		parsed;
-	char	   *got;
-	int			got_len;
-
-	st = w->lock_req ? etcd_http_status(w->lock_req) : ETCD_HTTP_RUNNING;
-	if (st == ETCD_HTTP_RUNNING)
-		return false;
-	if (st != ETCD_HTTP_DONE)
-	{
-		lock_wait_transport_failed(w, st);
-		return false;
-	}
-
-	code = etcd_http_code(w->lock_req);
-	resp = etcd_http_take_body(w->lock_req, &len);
-	etcd_reply_context = "/v3/lock/lock";
-	etcd_http_finish(w->lock_req);
-	w->lock_req = NULL;
-	parsed = etcd_parse_reply(resp, len, &jb);
-	if (code != 200)
-	{
-		lock_wait_error_reply(w, code, parsed ? jb : NULL);
-		return false;
-	}
-	if (!parsed)
-		etcd_malformed_reply("a lock request",
-							 "The reply is not a JSON object.");
-	got = etcd_json_bytes(&jb->root, "key", &got_len);
-	if (got == NULL || got_len != (int) strlen(w->key) ||
-		memcmp(got, w->key, got_len) != 0)
-		etcd_malformed_reply("a lock request",
-							 "The reply does not name the expected lock key.");
-	return true;
-}
-
-/*
- * Keep our lease alive while waiting: collect a finished keepalive, send
- * the next one when due.  Returns true when the lock request was queued
- * again under a new lease (the member it waited on hangs).
- */
-static bool
-lock_wait_keepalive(LockWait *w)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (w->ka_req != NULL && etcd_http_status(w->ka_req) != ETCD_HTTP_RUNNING)
-	{
-		int64		left = etcd_lease_keepalive_finish(w->ka_req);
-
-		if (left == ETCD_KA_GONE)
-		{
-			/* every lock on the session lease is lost with it */
-			etcd_session_lease_lost(*w->lease, "expired or was revoked", false);
-			report_lock_lost(w->name, w->key,
-							 "The lease of the lock key expired or was revoked while waiting.");
-		}
-		if (left > 0)
-			etcd_session_lease_renewed(*w->lease, w->ka_sent_at);
-		elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " while waiting: TTL " INT64_FORMAT,
-			 *w->lease, left);
-		etcd_http_finish(w->ka_req);
-		w->ka_req = NULL;
-		w->next_ka = TimestampTzPlusMilliseconds(now, left < 0 ? 200 : w->ka_interval_ms);
-
-		/*
-		 * The member our lock request waits on did not answer a keepalive
-		 * within an interval: it hangs, and would not tell us when the
-		 * lock is ours.  Queue again elsewhere, if there is an elsewhere.
-		 * (A member that refuses connections is dead: the lock request
-		 * fails too, and is sent again under the same lease, as a dead
-		 * member deletes nothing.)
-		 */
-		if (left == ETCD_KA_NO_ANSWER && w->lock_req != NULL &&
-			etcd_endpoint_count() > 1 && w->ka_ep != NULL &&
-			w->lock_ep != NULL && strcmp(w->ka_ep, w->lock_ep) == 0)
-		{
-			etcd_http_finish(w->lock_req);
-			w->lock_req = NULL;
-			w->key = requeue_new_lease(w->name, w->lease, w->req_ttl,
-									   w->ttl);
-			w->ka_interval_ms = Max(200L, (long) *w->ttl * 1000 / 3);
-			now = GetCurrentTimestamp();
-			w->next_ka = TimestampTzPlusMilliseconds(now, w->ka_interval_ms);
-			etcd_retry_init(&w->retry, etcd_request_timeout_ms, true);
-			w->retry_at = now;
-			return true;
-		}
-	}
-	if (w->ka_req == NULL && now >= w->next_ka)
-	{
-		elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " sent", *w->lease);
-		w->ka_ep = etcd_current_endpoint();
-		w->ka_sent_at = now;
-		w->ka_req = etcd_lease_keepalive_start(*w->lease, w->ka_interval_ms);
-		w->next_ka = TimestampTzPlusMilliseconds(now, w->ka_interval_ms);
-	}
-	return false;
-}
-
-/*
- * How long the wait loop may sleep: until the next keepalive, lock
- * request retry or the wait's deadline, whichever comes first; -1 for
- * no limit, and at least 1 ms otherwise.
- */
-static long
-lock_wait_sleep_ms(LockWait *w)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	long		sleep_ms = -1;
-
-	if (w->ka_req == NULL)
-		sleep_ms = (long) ((w->next_ka - now) / 1000);
-	if (w->lock_req == NULL)
-	{
-		long		r = Max((long) ((w->retry_at - now) / 1000), 0L);
-
-		if (sleep_ms < 0 || r < sleep_ms)
-			sleep_ms = r;
-	}
-	if (w->deadline != 0)
-	{
-		long		d = (long) ((w->deadline - now) / 1000);
-
-		if (sleep_ms < 0 || d < sleep_ms)
-			sleep_ms = d;
-	}
-	return sleep_ms == 0 ? 1 : sleep_ms;
-}
-
-/*
- * Sleep until a request progresses or sleep_ms pass, serving interrupts.
- */
-static void
-lock_wait_idle(LockWait *w, long sleep_ms)
-{
-	if (etcd_http_wait(sleep_ms))
-		return;
-	if (ProcDiePending && INTERRUPTS_CAN_BE_PROCESSED())
-	{
-		/*
-		 * The FATAL error reaches the client before the exit callbacks
-		 * run: remove our waiter key first, so that a terminated waiter
-		 * is visibly gone when the client learns of it.  Briefly: if etcd
-		 * does not answer, the exit callback tries again with what is
-		 * left of its budget.
-		 */
-		HOLD_INTERRUPTS();
-		lockfence_metrics_etcd_acquire_failed();
-		etcd_http_abort_all();
-		w->lock_req = w->ka_req = NULL;
-		etcd_session_exit_cleanup_begins();
-		(void) etcd_lease_revoke(*w->lease, ETCD_PENDING_RELEASE_MS, true);
-		RESUME_INTERRUPTS();
-	}
-	CHECK_FOR_INTERRUPTS();
-}
-
-/*
- * Wait for the lock service to grant the lock to our lease, keeping the
- * lease alive every third of its TTL (and at once if renew_now).
- * wait_ms < 0 waits forever.
- * Returns the key the lock service reports.  *lease and *ttl are updated
- * when the request had to be queued again under a new lease.  The
- * requests are released by etcd_http_abort_all() in the caller's error
- * cleanup, or here once finished.
- */
-static char *
-wait_for_lock(const char *name, volatile int64 *lease, int req_ttl, int *ttl,
-			  long wait_ms, bool renew_now)
-{
-	LockWait	w;
-	TimestampTz now = GetCurrentTimestamp();
-
-	memset(&w, 0, sizeof(w));
-	w.name = name;
-	w.lease = lease;
-	w.req_ttl = req_ttl;
-	w.ttl = ttl;
-	w.key = lock_key(name, *lease);
-	w.ka_interval_ms = Max(200L, (long) *ttl * 1000 / 3);
-	/* a session lease used before is renewed now, with the lock request */
-	w.next_ka = renew_now ? now :
-		TimestampTzPlusMilliseconds(now, w.ka_interval_ms);
-	if (wait_ms >= 0)
-		w.deadline = TimestampTzPlusMilliseconds(now, wait_ms);
-	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
-
-	for (;;)
-	{
-		if (w.lock_req == NULL && GetCurrentTimestamp() >= w.retry_at)
-		{
-			w.lock_ep = etcd_current_endpoint();
-			w.lock_req = start_lock_request(name, *lease);
-			if (w.lock_req == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_OUT_OF_MEMORY),
-						 errmsg("could not set up an etcd request")));
-		}
-		if (lock_wait_check_lock(&w))
-			break;
-		if (w.lock_req == NULL && GetCurrentTimestamp() >= w.retry_at)
-			continue;
-		if (lock_wait_keepalive(&w))
-			continue;
-		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
-							name),
-					 errdetail("Another session holds the lock or waits ahead of this one.")));
-		lock_wait_idle(&w, lock_wait_sleep_ms(&w));
-	}
-
-	if (w.ka_req)
-		etcd_http_finish(w.ka_req);
-	return w.key;
-}
-
-/*
- * Create our lock key under our lease if it does not exist yet, as the
- * Mutex's TryLock does.  Whether it is the holder is read back afterwards,
- * so retrying this request on another endpoint is harmless.
- */
-static void
-create_lock_key(const char *name, int64 lease)
-{
-	char	   *key = lock_key(name, lease);
+	const char *what = "creating the lock key";
 	char	   *key64 = etcd_b64_encode(key, strlen(key));
+	char	   *holder_op = holder_range_op(name);
 	char	   *body;
 	EtcdReply	reply;
+	JsonbContainer *header;
 
 	body = psprintf("{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
-					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}}]}",
-					key64, key64, lease);
-
+					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}},%s],"
+					"\"failure\":[{\"request_range\":{\"key\":\"%s\"}},%s]}",
+					key64, key64, lease, holder_op, key64, holder_op);
 	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
 				   &reply))
 	{
 		if (reply.error_text && strstr(reply.error_text, "lease not found"))
-			report_lock_lost(name, key,
-							 "The lease expired before the lock key was created.");
-		etcd_report_reply_error("creating the lock key", &reply);
+			etcd_report_lock_lost(name, key,
+								  "The lease expired before the lock key was created.");
+		etcd_report_reply_error(what, &reply);
 	}
-	if (etcd_json_object(&reply.json->root, "header") == NULL)
-		etcd_malformed_reply("creating the lock key",
-							 "The reply carries no header.");
+
+	if (etcd_json_bool(&reply.json->root, "succeeded"))
+	{
+		/* the put's revision is the transaction's */
+		header = etcd_json_object(&reply.json->root, "header");
+		if (header == NULL || !etcd_json_int64(header, "revision", my_rev) ||
+			*my_rev <= 0)
+			etcd_malformed_reply(what, "The reply carries no revision.");
+	}
+	else
+		*my_rev = own_key_revision(txn_range(&reply, 0, what), name, key,
+								   lease, what);
+	return key_is_holder(txn_range(&reply, 1, what), key, what);
 }
 
 /*
@@ -627,7 +294,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 				  EtcdLockResult *res)
 {
 	int			granted_ttl;
-	volatile int64 lease = 0;
+	volatile int64 lease;
 	MemoryContext cxt = CurrentMemoryContext;
 	TimestampTz started = GetCurrentTimestamp();
 	volatile bool got = false;
@@ -650,18 +317,21 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 
 	PG_TRY();
 	{
-		char	   *key;
+		char	   *key = lock_key(name, lease);
+		int64		my_rev;
 
-		if (try_only)
+		if (queue_lock_key(name, key, lease, &my_rev))
 		{
-			key = lock_key(name, lease);
-			create_lock_key(name, lease);
+			got = true;
+			res->token = my_rev;
 		}
-		else
-			key = wait_for_lock(name, &lease, ttl, &granted_ttl, wait_ms,
-								false);
-
-		got = confirm_lock(name, key, lease, try_only, &res->token);
+		else if (!try_only)
+		{
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms,
+						   false);
+			got = true;
+			res->token = my_rev;
+		}
 		res->key = key;
 		res->lease = lease;
 		res->fresh_lease = fresh;
