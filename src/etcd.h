@@ -245,6 +245,7 @@ extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
 extern void etcd_session_track(int64 lease, int ttl);
 extern void etcd_session_untrack(int64 lease);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
+extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
 extern void etcd_session_lease_lost(int64 lease, const char *what,
 									bool revoke);
 extern void etcd_session_retire(int64 lease);

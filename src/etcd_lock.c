@@ -187,7 +187,7 @@ key_is_holder(JsonbContainer *r, const char *key, const char *what)
 static bool
 queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 {
-	const char *what = "creating the lock key";
+	const char *what = "a lock request";
 	char	   *key64 = etcd_b64_encode(key, strlen(key));
 	char	   *holder_op = holder_range_op(name);
 	char	   *body;

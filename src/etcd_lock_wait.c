@@ -71,8 +71,10 @@ typedef struct LockWait
 	EtcdHttpReq *watch_req;		/* watch stream on pred */
 	const char *watch_ep;		/* endpoint of watch_req */
 	size_t		consumed;		/* bytes of the stream already read */
+	TimestampTz watch_started;	/* when watch_req was sent */
 	bool		created;		/* etcd confirmed the watch */
 	const char *watch_error;	/* why the last watch failed */
+	bool		watch_malformed;	/* ... because of a malformed reply */
 	EtcdHttpReq *ka_req;		/* keepalive in flight */
 	const char *ka_ep;			/* endpoint of ka_req */
 	TimestampTz ka_sent_at;		/* when ka_req was sent */
@@ -112,7 +114,7 @@ find_predecessor(LockWait *w)
 					etcd_prefix_end_b64(prefix), w->my_rev - 1);
 	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
 				   &reply))
-		etcd_report_reply_error("looking up the lock's predecessor", &reply);
+		etcd_report_reply_error("a read of the lock queue", &reply);
 
 	own = etcd_json_object(etcd_json_array_object(&reply.json->root,
 												  "responses", 0),
@@ -121,7 +123,7 @@ find_predecessor(LockWait *w)
 													"responses", 1),
 							 "response_range");
 	if (own == NULL || below == NULL)
-		etcd_malformed_reply("looking up the lock's predecessor",
+		etcd_malformed_reply("a read of the lock queue",
 							 "The transaction reply does not carry two range responses.");
 
 	if (etcd_json_array_length(own, "kvs") == 0)
@@ -143,7 +145,7 @@ find_predecessor(LockWait *w)
 	pred = etcd_json_bytes(etcd_json_array_object(below, "kvs", 0), "key",
 						   &pred_len);
 	if (pred == NULL || pred_len == 0 || memchr(pred, '\0', pred_len) != NULL)
-		etcd_malformed_reply("looking up the lock's predecessor",
+		etcd_malformed_reply("a read of the lock queue",
 							 "The predecessor's key is missing or not a string.");
 	return pnstrdup(pred, pred_len);
 }
@@ -195,6 +197,7 @@ start_watch(LockWait *w, const char *pred)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not set up an etcd request")));
+	w->watch_started = GetCurrentTimestamp();
 	w->created = false;
 	w->consumed = 0;
 }
@@ -218,8 +221,8 @@ watch_message(LockWait *w, const char *msg, int len)
 	if (!etcd_parse_reply(pnstrdup(msg, len), len, &jb) ||
 		(result = etcd_json_object(&jb->root, "result")) == NULL)
 	{
-		w->watch_error = psprintf("the watch stream carried an error or an unexpected message: %.*s",
-								  Min(len, 200), msg);
+		w->watch_error = "the watch stream carried a message that is not a watch result";
+		w->watch_malformed = true;
 		return WATCH_FAILED;
 	}
 	if (etcd_json_bool(result, "canceled"))
@@ -228,6 +231,7 @@ watch_message(LockWait *w, const char *msg, int len)
 
 		w->watch_error = psprintf("etcd canceled the watch%s%s",
 								  reason ? ": " : "", reason ? reason : "");
+		w->watch_malformed = false;
 		return WATCH_FAILED;
 	}
 	n = etcd_json_array_length(result, "events");
@@ -280,12 +284,25 @@ watch_poll(LockWait *w)
 		if (news != WATCH_NOTHING)
 			return news;
 	}
+	w->watch_malformed = (st == ETCD_HTTP_TOO_LARGE);
 	if (st != ETCD_HTTP_RUNNING)
 	{
 		w->watch_error = st == ETCD_HTTP_DONE ?
 			psprintf("the watch stream ended (HTTP %ld)",
 					 etcd_http_code(w->watch_req)) :
 			etcd_http_error(w->watch_req);
+		return WATCH_FAILED;
+	}
+
+	/*
+	 * A member that takes the watch but never confirms it may hang, and
+	 * would not deliver the delete either.
+	 */
+	if (!w->created &&
+		GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(w->watch_started,
+															 etcd_request_timeout_ms))
+	{
+		w->watch_error = "etcd did not confirm the watch within lockfence.etcd_request_timeout";
 		return WATCH_FAILED;
 	}
 	return WATCH_NOTHING;
@@ -344,9 +361,13 @@ watch_news(LockWait *w, WatchNews news)
 			forget_predecessor(w);
 			if (!etcd_retry_next(&w->retry, &w->retry_at))
 				ereport(ERROR,
-						(errcode(ERRCODE_CONNECTION_FAILURE),
-						 errmsg("could not watch etcd lock \"%s\"", w->name),
-						 errdetail("Last failure: %s.", w->watch_error)));
+						(errcode(w->watch_malformed ?
+								 ERRCODE_PROTOCOL_VIOLATION :
+								 ERRCODE_CONNECTION_FAILURE),
+						 errmsg("could not watch the predecessor of etcd lock \"%s\"",
+								w->name),
+						 errdetail("Last failure, from %s: %s.", w->watch_ep,
+								   w->watch_error)));
 			break;
 	}
 	return true;
@@ -408,6 +429,15 @@ wait_sleep_ms(LockWait *w)
 		until = w->next_ka;
 	if (w->pred == NULL && (until == 0 || w->retry_at < until))
 		until = w->retry_at;
+	if (w->pred != NULL && !w->created)
+	{
+		TimestampTz confirm_by =
+			TimestampTzPlusMilliseconds(w->watch_started,
+										etcd_request_timeout_ms);
+
+		if (until == 0 || confirm_by < until)
+			until = confirm_by;
+	}
 	if (w->deadline != 0 && (until == 0 || w->deadline < until))
 		until = w->deadline;
 	if (until == 0)
@@ -441,6 +471,28 @@ wait_idle(LockWait *w, long sleep_ms)
 		RESUME_INTERRUPTS();
 	}
 	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Hand the lock on with its lease renewed within the last third of its
+ * TTL, as after an uncontended lock: a wait whose keepalives failed (the
+ * watch's member hung) would otherwise return a lock about to expire.
+ */
+static void
+renew_if_due(LockWait *w)
+{
+	TimestampTz renewed_at = etcd_session_lease_renewed_at(w->lease);
+	int64		left;
+
+	if (GetCurrentTimestamp() <
+		TimestampTzPlusMilliseconds(renewed_at, w->ka_interval_ms))
+		return;
+	if (!etcd_lease_keepalive(w->lease, &left))
+	{
+		etcd_session_lease_lost(w->lease, "expired or was revoked", false);
+		etcd_report_lock_lost(w->name, w->key,
+							  "The lease of the lock key expired or was revoked while waiting.");
+	}
 }
 
 /*
@@ -504,4 +556,5 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	if (w.ka_req)
 		etcd_http_finish(w.ka_req);
 	MemoryContextDelete(round_cxt);
+	renew_if_due(&w);
 }

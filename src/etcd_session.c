@@ -304,6 +304,18 @@ etcd_session_lease_renewed(int64 lease, TimestampTz sent_at)
 }
 
 /*
+ * When a keepalive of one of our leases last succeeded (was sent), or 0
+ * if the lease is not ours.
+ */
+TimestampTz
+etcd_session_lease_renewed_at(int64 lease)
+{
+	SessionLease *l = find_lease(lease);
+
+	return l != NULL ? l->renewed_at : 0;
+}
+
+/*
  * Take no new locks on this lease (the member holding a lock request on
  * it stopped answering): the next lock of its TTL gets a new lease.
  */

@@ -41,6 +41,12 @@ Modes:
     slow             200, Content-Length 1 MB, then one byte per second:
                      the reply never ends
     hang             read the request, send nothing
+    lines            200, chunked: each string of "lines" as one chunk
+                     (a watch stream's messages), then keep the stream open
+                     for "seconds" (default 600) unless "close" is true
+
+Watches (/v3/watch) without a rule are relayed as streams, chunk by chunk,
+for as long as both sides keep them open.
 """
 
 import argparse
@@ -143,7 +149,9 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         rule = take_rule(self.path)
-        if rule is None:
+        if rule is None and self.path == "/v3/watch":
+            self.forward_stream(body)
+        elif rule is None:
             self.forward(body)
         else:
             self.fault(rule, body)
@@ -159,6 +167,34 @@ class Handler(BaseHTTPRequestHandler):
             conn.request(self.command, self.path, body=body, headers=hdrs)
             r = conn.getresponse()
             return r.status, r.getheader("Content-Type") or "application/json", r.read()
+        finally:
+            conn.close()
+
+    def forward_stream(self, body):
+        """Relay a streaming reply (a watch) chunk by chunk."""
+        u = UPSTREAM
+        conn = http.client.HTTPConnection(u.hostname, u.port)
+        self.close_connection = True
+        try:
+            hdrs = {"Content-Type": "application/json"}
+            if self.headers.get("Authorization"):
+                hdrs["Authorization"] = self.headers["Authorization"]
+            conn.request(self.command, self.path, body=body, headers=hdrs)
+            r = conn.getresponse()
+            self.send_response(r.status)
+            self.send_header("Content-Type", r.getheader("Content-Type") or "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            while True:
+                data = r.read1(65536)
+                if not data:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass
         finally:
             conn.close()
 
@@ -276,6 +312,30 @@ class Handler(BaseHTTPRequestHandler):
                             break
                     except socket.timeout:
                         pass
+            except OSError:
+                pass
+        elif mode == "lines":
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for line in rule.get("lines", []):
+                    data = line.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                if not rule.get("close"):
+                    self.connection.settimeout(1)
+                    end = time.time() + float(rule.get("seconds", 600))
+                    while time.time() < end:
+                        try:
+                            if self.connection.recv(1) == b"":
+                                break
+                        except socket.timeout:
+                            pass
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
             except OSError:
                 pass
         else:

@@ -107,23 +107,32 @@ sub serve
 	{
 		respond($c, '200 OK', '{"header":{"revision":"6"}}');
 	}
-	elsif ($mode eq 'lockwrongkey' && $path eq '/v3/lock/lock')
+	elsif ($mode eq 'lockwrongkey' && $path eq '/v3/kv/txn')
 	{
-		my $k = encode_base64("hostile/ffff", '');
-		respond($c, '200 OK', qq({"header":{"revision":"9"},"key":"$k"}));
+		# the queueing transaction "succeeds", but names as holder a key
+		# outside the range asked for: a reply to another request
+		my $k = encode_base64("other/ffff", '');
+		respond($c, '200 OK',
+			qq({"header":{"revision":"9"},"succeeded":true,"responses":[{"response_put":{"header":{}}},{"response_range":{"header":{},"kvs":[{"key":"$k","create_revision":"3","lease":"8"}],"count":"1"}}]})
+		);
 	}
-	elsif ($mode eq 'locknokv')
+	elsif ($mode eq 'locknokv' && $path eq '/v3/kv/txn')
 	{
-		my $k = encode_base64("hostile/$lease_hex", '');
-		if ($path eq '/v3/lock/lock')
+		my $own = encode_base64("hostile/$lease_hex", '');
+		my $other = encode_base64("hostile/ffff", '');
+		if ($body =~ /max_create_revision/)
 		{
-			respond($c, '200 OK', qq({"header":{"revision":"9"},"key":"$k"}));
+			# waiting, the read of our key finds nothing: its lease
+			# expired (the 3.4 "locked anyway" case)
+			respond($c, '200 OK',
+				qq({"header":{"revision":"12"},"succeeded":true,"responses":[{"response_range":{"header":{}}},{"response_range":{"header":{},"kvs":[{"key":"$other","create_revision":"3","lease":"8"}],"count":"1"}}]})
+			);
 		}
 		else
 		{
-			# the read-back finds nothing (the 3.4 "locked anyway" case)
+			# queued behind another holder
 			respond($c, '200 OK',
-				'{"header":{"revision":"9"},"succeeded":true,"responses":[{"response_range":{"header":{}}},{"response_range":{"header":{}}}]}'
+				qq({"header":{"revision":"10"},"succeeded":true,"responses":[{"response_put":{"header":{}}},{"response_range":{"header":{},"kvs":[{"key":"$other","create_revision":"3","lease":"8"}],"count":"1"}}]})
 			);
 		}
 	}
@@ -288,18 +297,19 @@ foreach my $mode (sort keys %expect)
 # The server survived every reply.
 is($node->safe_psql('postgres', 'SELECT 1'), '1', 'server still running');
 
-# A lock service answer naming another key is refused, and our lease is
-# revoked.
+# A queueing answer naming a holder outside the lock name is refused, and
+# our lease is revoked.
 set_mode('lockwrongkey');
 my ($out, $err, $state) = run_sql("SELECT * FROM lockfence.etcd_lock('hostile')");
-is($state, '08P01', 'lock answer naming another key: 08P01');
+is($state, '08P01', 'queueing answer naming a key of another name: 08P01');
 ok((grep { $_ eq '/v3/lease/revoke' } requests()),
 	'... and the lease was revoked');
 
-# "locked" but the read-back finds no key: lost lock, no token.
+# Waiting, our key is found gone: lost lock, no token (etcd 3.4's lock
+# service answered "locked" then).
 set_mode('locknokv');
 ($out, $err, $state) = run_sql("SELECT * FROM lockfence.etcd_lock('hostile')");
-is($state, 'LF003', 'locked without a key: LF003');
+is($state, 'LF003', 'our key gone while waiting: LF003');
 unlike($out, qr/\d/, '... no token');
 
 # Failover: the hostile endpoint says "no leader", the real etcd answers.

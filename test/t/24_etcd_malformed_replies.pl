@@ -1,5 +1,5 @@
 
-# 34_etcd_malformed_replies.pl
+# 24_etcd_malformed_replies.pl
 #	  Malformed and slow etcd replies, injected at one step of the real
 #	  lock protocol by test/fault_http_server.py (a proxy in front of a
 #	  real etcd that forwards everything except the request under test):
@@ -36,7 +36,7 @@ my $backend_pid = $s->{pid};
 is( LockfenceTest::EtcdCluster::sql_try($s,
 		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('m0', 5, '5s')")->{out},
 	't', 'lock and unlock through the fault proxy');
-ok($fault->hits->{'/v3/lock/lock'} >= 1, 'the proxy saw the lock request');
+ok($fault->hits->{'/v3/kv/txn'} >= 1, 'the proxy saw the lock request');
 
 my $n = 0;
 
@@ -120,61 +120,128 @@ case(label => 'grant: no reply at all (hang)', sql => $LOCK,
 	rules => [ { path => '/v3/lease/grant', mode => 'hang', seconds => 30 } ],
 	sqlstate => qr/^08/, free_after => 1);
 
-# --- the lock call ---------------------------------------------------------
-case(label => 'lock: key is base64 garbage', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
-		ops => [ { op => 'set', path => ['key'], value => '!!!not*base64%%' } ] } ],
+# --- queueing the lock key (one txn: create it, read the holder) -----------
+# Uncontended, the token is the revision of the transaction that created
+# the key.
+my @rev = ('header', 'revision');
+my @queue_cases = (
+	[ 'revision is an object', { op => 'set', path => \@rev, value => { a => 1 } } ],
+	[ 'revision negative', { op => 'set', path => \@rev, value => '-7' } ],
+	[ 'revision not numeric', { op => 'set', path => \@rev, value => '12abc' } ],
+	[ 'revision beyond bigint',
+		{ op => 'set', path => \@rev, value => '99999999999999999999999' } ],
+	[ 'revision missing', { op => 'del', path => \@rev } ],
+	[ 'succeeded is a string', { op => 'set', path => ['succeeded'], value => 'yes' } ],
+	[ 'the holder range found no key',
+		{ op => 'del', path => [ 'responses', 1, 'response_range', 'kvs' ] } ],
+	[ 'holder key is base64 garbage',
+		{ op => 'set', path => [ 'responses', 1, 'response_range', 'kvs', 0, 'key' ],
+		  value => '%%%' } ],
+	[ 'responses is a string', { op => 'set', path => ['responses'], value => 'nope' } ]);
+for my $qc (@queue_cases)
+{
+	case(label => "queue: $qc->[0]", sql => $LOCK,
+		rules => [ { path => '/v3/kv/txn', mode => 'mutate', times => 1,
+			ops => [ $qc->[1] ] } ],
+		sqlstate => qr/^08P01$/, free_after => 1);
+}
+case(label => 'queue: invalid JSON', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'invalid_json', times => 1 } ],
 	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'lock: key missing', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
-		ops => [ { op => 'del', path => ['key'] } ] } ],
+case(label => 'queue: oversized body', sql => $LOCK,
+	rules => [ { path => '/v3/kv/txn', mode => 'oversized', times => 1 } ],
 	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'lock: key is a number', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'mutate',
-		ops => [ { op => 'set', path => ['key'], value => 12345 } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'lock: invalid JSON', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'invalid_json' } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'lock: oversized body', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'oversized' } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'lock: reply never ends, bounded by wait_timeout', sql => $LOCK,
-	rules => [ { path => '/v3/lock/lock', mode => 'slow', seconds => 30 } ],
-	sqlstate => qr/^(08|55P03)/, max_secs => 4 + 2, free_after => 1);
-
-# --- the read-back of the lock key (token) ---------------------------------
-case(label => 'token: create_revision is an object', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => { a => 1 } } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: create_revision negative', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '-7' } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: create_revision not numeric', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '12abc' } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: create_revision beyond bigint', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => [ @$txn0, 'create_revision' ], value => '99999999999999999999999' } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: create_revision missing', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'del', path => [ @$txn0, 'create_revision' ] } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: responses is a string', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => ['responses'], value => 'nope' } ] } ],
-	sqlstate => qr/^08P01$/, free_after => 1);
-case(label => 'token: owner key is base64 garbage', sql => $LOCK,
-	rules => [ { path => '/v3/kv/txn', mode => 'mutate',
-		ops => [ { op => 'set', path => [ 'responses', 1, 'response_range', 'kvs', 0, 'key' ], value => '%%%' } ] } ],
-	sqlstate => qr/^(08P01|LF003)$/, free_after => 1);
-case(label => 'token: read-back hangs', sql => $LOCK,
+case(label => 'queue: reply hangs', sql => $LOCK,
 	rules => [ { path => '/v3/kv/txn', mode => 'hang', seconds => 30 } ],
 	sqlstate => qr/^08/, free_after => 1);
+
+# --- the wait: a watch on the predecessor ----------------------------------
+# Another session holds the name, so ours queues behind it and watches
+# its key; the watch stream misbehaves.  A failed wait leaves only the
+# holder's key.
+my $holder = LockfenceTest::EtcdCluster::session($node);
+
+sub hold
+{
+	my ($name) = @_;
+	my $h = LockfenceTest::EtcdCluster::sql_try($holder,
+		"SELECT key FROM lockfence.etcd_lock('$name', 30)");
+	ok($h->{ok} && $h->{out} =~ m{^\Q$name\E/}, "$name: the holder has the lock")
+	  or diag explain $h;
+	return $h->{out};
+}
+
+sub watch_case
+{
+	my (%c) = @_;
+	my $name = 'w' . ++$n;
+	my $ttl = 100 + $n;
+	my $hkey = hold($name);
+
+	$fault->clear;
+	$fault->set(%$_) for @{ $c{rules} };
+	my $before = $fault->hits->{faults} // 0;
+	my $r = LockfenceTest::EtcdCluster::sql_try($s,
+		"SELECT token FROM lockfence.etcd_lock('$name', $ttl, '8s')");
+	ok(($fault->hits->{faults} // 0) > $before, "$c{label}: the fault was injected");
+	$fault->clear;
+	ok(!$r->{ok}, "$c{label}: the wait fails") or diag explain $r;
+	like($r->{sqlstate} // '', $c{sqlstate}, "$c{label}: SQLSTATE") or diag explain $r;
+	like(($r->{message} // '') . ' ' . ($r->{detail} // ''), $c{text},
+		"$c{label}: message/detail") or diag explain $r
+	  if $c{text};
+	cmp_ok($r->{secs}, '<', $c{max_secs} // ($timeout_s * 2 + 2),
+		"$c{label}: error in time") or diag explain $r;
+	is($etcd->etcdctl('get', '--prefix', '--keys-only', "$name/") =~ s/\s+//gr,
+		$hkey, "$c{label}: only the holder's key is left");
+	LockfenceTest::EtcdCluster::sql_try($holder,
+		"SELECT lockfence.etcd_unlock('$hkey')");
+}
+watch_case(label => 'watch: a message that is not JSON',
+	rules => [ { path => '/v3/watch', mode => 'lines', lines => ["garbage\n"], close => 1 } ],
+	sqlstate => qr/^08P01$/, text => qr/not a watch result/);
+watch_case(label => 'watch: an error message instead of a result',
+	rules => [ { path => '/v3/watch', mode => 'lines', close => 1,
+		lines => [ qq({"error":{"grpc_code":7,"http_code":403,"message":"injected"}}\n) ] } ],
+	sqlstate => qr/^08P01$/, text => qr/not a watch result/);
+watch_case(label => 'watch: canceled by etcd',
+	rules => [ { path => '/v3/watch', mode => 'lines', close => 1,
+		lines => [ qq({"result":{"header":{"revision":"5"},"canceled":true,"cancel_reason":"injected cancel"}}\n) ] } ],
+	sqlstate => qr/^08006$/, text => qr/injected cancel/);
+watch_case(label => 'watch: never confirmed',
+	rules => [ { path => '/v3/watch', mode => 'lines', lines => [], seconds => 30 } ],
+	sqlstate => qr/^(08006|55P03)$/, max_secs => 10);
+watch_case(label => 'watch: HTTP 500',
+	rules => [ { path => '/v3/watch', mode => 'status', status => 500 } ],
+	sqlstate => qr/^08006$/);
+watch_case(label => 'watch: oversized stream',
+	rules => [ { path => '/v3/watch', mode => 'oversized_chunked', size => 3 * 1024 * 1024 } ],
+	sqlstate => qr/^08P01$/);
+
+# A watch that fails once is set up again, and the waiter keeps its place:
+# it gets the lock once the holder releases it.
+{
+	my $name = 'w' . ++$n;
+	my $hkey = hold($name);
+	$fault->set(path => '/v3/watch', mode => 'lines', close => 1, times => 1,
+		lines => [ qq({"result":{"canceled":true,"cancel_reason":"once"}}\n) ]);
+	LockfenceTest::EtcdCluster::send_query($s,
+		"SELECT key || ' ' || token FROM lockfence.etcd_lock('$name', 30, '20s');");
+	ok($etcd->wait_for_keys("$name/", 2), 'watch failing once: the waiter queued');
+	ok( LockfenceTest::EtcdCluster::poll_until(10,
+			sub { ($fault->hits->{'/v3/watch'} // 0) >= 2 }),
+		'watch failing once: the watch was set up again');
+	LockfenceTest::EtcdCluster::sql_try($holder,
+		"SELECT lockfence.etcd_unlock('$hkey')");
+	my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($s, 30);
+	my ($wkey, $wtoken) = split / /, $out;
+	like($wtoken // '', qr/^\d+$/, 'watch failing once: the waiter got the lock')
+	  or diag("stdout: $out\nstderr: $err");
+	$fault->clear;
+	LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_unlock('$wkey')")
+	  if $wkey;
+}
+$holder->quit;
 
 # --- keepalive and unlock ----------------------------------------------------
 my $r = LockfenceTest::EtcdCluster::sql_try($s,

@@ -55,7 +55,7 @@ sub key_exists
 # 1. Transient election errors, as etcd sends them: HTTP 500, code 2.
 my @transient = (
 	[ '/v3/lease/grant', 'etcdserver: no leader' ],
-	[ '/v3/lock/lock', 'etcdserver: leader changed' ],
+	[ '/v3/kv/txn', 'etcdserver: leader changed' ],
 	[ '/v3/kv/txn', 'etcdserver: request timed out' ],
 	[ '/v3/lease/keepalive', 'etcdserver: too many requests' ],);
 my $n = 0;

@@ -66,14 +66,15 @@ is($r->{sqlstate}, '08P01', '64 levels: parsed, refused for its content');
 like($r->{detail} // '', qr/no lease ID/, '64 levels: the reply was parsed');
 
 # --- 2. error cleanup keeps the original error -----------------------------
-# The lock request fails with a plain etcd error (08000); the cleanup then
+# The lock request (the transaction queueing our key) fails with a plain
+# etcd error (08000); the cleanup then
 # revokes the lease with a quiet call, whose reply is faulty.
 my $n = 0;
 for my $label (sort keys %bad_error)
 {
 	my $name = 'q-clean' . ++$n;
 	$fault->clear;
-	$fault->set(path => '/v3/lock/lock', mode => 'status', status => 400,
+	$fault->set(path => '/v3/kv/txn', mode => 'status', status => 400, times => 1,
 		body => { error => 'injected lock refusal', message => 'injected lock refusal', code => 3 });
 	$fault->set(path => '/v3/lease/revoke', %{ $bad_error{$label} });
 	my $before = $fault->hits->{'/v3/lease/revoke'} // 0;

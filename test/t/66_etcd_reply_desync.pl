@@ -95,12 +95,13 @@ ok($r->{ok} && $r->{out} >= 1 && $r->{out} <= 20,
 	'right behind: the unasked bytes are not read as the next reply') or diag explain $r;
 $fault->clear;
 
-# --- 4. the read-back of the lock key answers for another key -------------
+# --- 4. the lock request answers for another key ---------------------------
+# (the transaction that queues our key also reads the name's holder)
 my $other = encode_base64('d-other/694d', '');
 $fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1,
-	ops => [ { op => 'set', path => [ 'responses', 0, 'response_range', 'kvs', 0, 'key' ], value => $other } ]);
+	ops => [ { op => 'set', path => [ 'responses', 1, 'response_range', 'kvs', 0, 'key' ], value => $other } ]);
 $r = try_sql("SELECT token FROM lockfence.etcd_lock('d4', 5, '5s')");
-is($r->{sqlstate}, '08P01', 'a read-back naming another key: 08P01, no token') or diag explain $r;
+is($r->{sqlstate}, '08P01', 'a lock reply naming a key of another name: 08P01, no token') or diag explain $r;
 like($r->{message} // '', qr{/v3/kv/txn}, 'the message names the transaction');
 $fault->clear;
 $r = try_sql("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_try_lock('d4', 5)");
