@@ -143,6 +143,27 @@ $r = LockfenceTest::EtcdCluster::sql_try($s,
 	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('t5', 5, '10s')");
 is($r->{out}, 't', 'TLS with client certificate plus etcd user authentication') or diag explain $r;
 
+# A waiter's watch over TLS with authentication: it gets the lock once the
+# holder releases it.
+my $h = LockfenceTest::EtcdCluster::session($node);
+$h->query_safe("SET lockfence.$_->[0] = '$_->[1]'")
+  for ([ 'etcd_endpoints', $both->endpoints ], [ 'etcd_cafile', $both->ca_file ],
+	[ 'etcd_certfile', $both->client_cert_file ], [ 'etcd_keyfile', $both->client_key_file ],
+	[ 'etcd_user', $LockfenceTest::EtcdCluster::USER_NAME ],
+	[ 'etcd_password', $LockfenceTest::EtcdCluster::USER_PASSWORD ]);
+my $hkey = $h->query_safe("SELECT key FROM lockfence.etcd_lock('t6', 30, '10s')");
+LockfenceTest::EtcdCluster::send_query($s,
+	"SELECT key || ' ' || token FROM lockfence.etcd_lock('t6', 30, '20s');");
+ok($both->wait_for_keys('t6/', 2), 'TLS and auth: the waiter queued behind the holder');
+$h->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($s, 20);
+my ($wkey, $wtoken) = split / /, $out;
+ok(defined $wtoken && $wtoken =~ /^\d+$/,
+	'TLS and auth: the waiter is woken by its watch and gets the lock')
+  or diag("stdout: $out\nstderr: $err");
+$s->query_safe("SELECT lockfence.etcd_unlock('$wkey')") if $wkey;
+$h->quit;
+
 $s->quit;
 $node->stop;
 $both->stop;
