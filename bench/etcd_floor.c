@@ -1,22 +1,38 @@
 /*-------------------------------------------------------------------------
  *
  * etcd_floor.c
- *	  The floor for the etcd lock/unlock cycle benchmark: a minimal C client
+ *	  Floors for the etcd lock/unlock cycle benchmark: minimal C clients
  *	  outside PostgreSQL, making the fewest etcd gateway requests a fenced
  *	  lock cycle needs, over one kept-alive libcurl connection per holder.
  *
- * One cycle: POST /v3/lease/grant, /v3/lock/lock (waits on the server),
- * /v3/kv/range of the returned key (its create_revision is the fencing
- * token; etcd 3.4 needs this read, see the shared notes), then
- * /v3/lease/revoke, which deletes the key and so releases the lock.
+ * MODE selects the client (default "lease"):
  *
- * Usage: etcd_floor URL NAME HOLDERS START_AT STOP_AT TTL
+ *	 lease	  a lease per cycle, the lock service waits: POST /v3/lease/grant,
+ *			  /v3/lock/lock (waits on the server), /v3/kv/range of the
+ *			  returned key (its create_revision is the fencing token; etcd 3.4
+ *			  needs this read, see the shared notes), then /v3/lease/revoke,
+ *			  which deletes the key and so releases the lock.  4 requests.
+ *	 session  the uncontended floor: ONE session lease per holder, granted
+ *			  before the first cycle (kept alive between cycles, revoked at
+ *			  the end); a cycle is /v3/kv/txn creating NAME/<lease hex> under
+ *			  the lease if its create_revision is 0, /v3/kv/range of the key
+ *			  (the token), /v3/kv/deleterange of the key.  3 requests, 2 raft
+ *			  writes.  It never waits for a predecessor, so it is a lock only
+ *			  with a single holder: HOLDERS must be 1, and a key already
+ *			  there is an error.
+ *	 locksvc  etcd's own lock service on a session lease: /v3/lock/lock with
+ *			  the session lease (waits on the server), /v3/kv/range of the
+ *			  returned key (the token; gone means the lock was lost), then
+ *			  /v3/lock/unlock.  3 requests.
+ *
+ * Usage: etcd_floor URL NAME HOLDERS START_AT STOP_AT TTL [MODE]
  *	 START_AT / STOP_AT are CLOCK_MONOTONIC seconds (as Python's
  *	 time.monotonic()).  HOLDERS processes are forked; each loops cycles from
  *	 START_AT until STOP_AT and prints one line per cycle on stdout:
  *	   token acquired released latency	(seconds, CLOCK_MONOTONIC)
  *	 "acquired" is taken when the token is known, "released" just before
- *	 the revoke is sent.  Exit status is non-zero if any holder failed.
+ *	 the releasing request is sent.  Exit status is non-zero if any holder
+ *	 failed.
  *
  * Build: cc -O2 -o etcd_floor etcd_floor.c $(curl-config --libs)
  *
@@ -151,18 +167,151 @@ b64(const char *in, char *out)
 	*o = '\0';
 }
 
+typedef enum Mode
+{
+	MODE_LEASE,
+	MODE_SESSION,
+	MODE_LOCKSVC
+} Mode;
+
+/* this holder's session lease (session and locksvc modes) */
+static char session_lease[64];
+static double last_keepalive;
+static int	lease_ttl;
+
 /*
- * One holder: loop cycles between start_at and stop_at.
+ * Grant a lease of ttl seconds; its decimal ID goes to lease.
  */
 static void
-holder(const char *name_b64, double start_at, double stop_at, int ttl)
+grant(int ttl, char *lease, size_t len)
 {
-	char		body[2048];
+	char		body[64];
+
+	snprintf(body, sizeof(body), "{\"TTL\":\"%d\"}", ttl);
+	if (!field(post("/v3/lease/grant", body), "ID", lease, len))
+		exit(2);
+}
+
+/*
+ * Renew the session lease between cycles once a third of its TTL has gone
+ * by, so that a long run never loses it; outside the timed cycle.
+ */
+static void
+keep_session_alive(void)
+{
+	char		body[128];
+	char		ttl[32];
+
+	if (now() - last_keepalive < lease_ttl / 3.0)
+		return;
+	snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", session_lease);
+	if (!field(post("/v3/lease/keepalive", body), "TTL", ttl, sizeof(ttl)))
+	{
+		fprintf(stderr, "etcd_floor: session lease %s lost\n", session_lease);
+		exit(6);
+	}
+	last_keepalive = now();
+}
+
+/*
+ * Read a lock key back: its create_revision (the token) goes to rev.
+ * A key that is gone means the lock was lost (etcd 3.4's lock call does
+ * not check that the waiter's lease still lives).
+ */
+static void
+read_token(const char *key_b64, char *rev, size_t len)
+{
+	char		body[4096];
+
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", key_b64);
+	if (!field(post("/v3/kv/range", body), "create_revision", rev, len))
+	{
+		fprintf(stderr, "etcd_floor: lock key vanished: lock lost\n");
+		exit(4);
+	}
+}
+
+/*
+ * lease mode: grant, lock, read back, revoke.  Returns the release time.
+ */
+static double
+cycle_lease(const char *name_b64, int ttl, char *rev, size_t revlen,
+			double *t_acq)
+{
+	char		body[4096];
 	char		lease[64];
 	char		key[512];
-	char		rev[64];
-	char		line[256];
+	double		t_rel;
 
+	grant(ttl, lease, sizeof(lease));
+	snprintf(body, sizeof(body), "{\"name\":\"%s\",\"lease\":\"%s\"}",
+			 name_b64, lease);
+	if (!field(post("/v3/lock/lock", body), "key", key, sizeof(key)))
+		exit(3);
+	read_token(key, rev, revlen);
+	*t_acq = now();
+	t_rel = now();
+	snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", lease);
+	post("/v3/lease/revoke", body);
+	return t_rel;
+}
+
+/*
+ * session mode: create NAME/<lease hex> under the session lease if absent,
+ * read it back, delete it.  key_b64 is that key, fixed for the holder.
+ */
+static double
+cycle_session(const char *key_b64, char *rev, size_t revlen, double *t_acq)
+{
+	char		body[4096];
+	double		t_rel;
+
+	snprintf(body, sizeof(body),
+			 "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
+			 "\"success\":[{\"request_put\":{\"key\":\"%s\",\"lease\":\"%s\"}}],"
+			 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+			 key_b64, key_b64, session_lease, key_b64);
+	if (strstr(post("/v3/kv/txn", body), "\"succeeded\":true") == NULL)
+	{
+		fprintf(stderr, "etcd_floor: session key already there: %s\n", reply.data);
+		exit(7);
+	}
+	read_token(key_b64, rev, revlen);
+	*t_acq = now();
+	t_rel = now();
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", key_b64);
+	post("/v3/kv/deleterange", body);
+	return t_rel;
+}
+
+/*
+ * locksvc mode: lock on the session lease, read back, unlock.
+ */
+static double
+cycle_locksvc(const char *name_b64, char *rev, size_t revlen, double *t_acq)
+{
+	char		body[4096];
+	char		key[512];
+	double		t_rel;
+
+	snprintf(body, sizeof(body), "{\"name\":\"%s\",\"lease\":\"%s\"}",
+			 name_b64, session_lease);
+	if (!field(post("/v3/lock/lock", body), "key", key, sizeof(key)))
+		exit(3);
+	read_token(key, rev, revlen);
+	*t_acq = now();
+	t_rel = now();
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", key);
+	post("/v3/lock/unlock", body);
+	return t_rel;
+}
+
+/*
+ * Set up this process's kept-alive handle.
+ */
+static void
+init_handle(void)
+{
 	easy = curl_easy_init();
 	hdrs = curl_slist_append(NULL, "Content-Type: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
@@ -172,6 +321,31 @@ holder(const char *name_b64, double start_at, double stop_at, int ttl)
 	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT, 60L);
+}
+
+/*
+ * One holder: loop cycles between start_at and stop_at.
+ */
+static void
+holder(Mode mode, const char *name, const char *name_b64,
+	   double start_at, double stop_at, int ttl)
+{
+	char		rev[64];
+	char		line[256];
+	char		key[512];
+	char		key_b64[1024];
+
+	init_handle();
+	lease_ttl = ttl;
+	if (mode != MODE_LEASE)
+	{
+		/* the session lease is granted before the run, as a session's is */
+		grant(ttl, session_lease, sizeof(session_lease));
+		last_keepalive = now();
+		snprintf(key, sizeof(key), "%s/%llx", name,
+				 (unsigned long long) strtoll(session_lease, NULL, 10));
+		b64(key, key_b64);
+	}
 
 	while (now() < start_at)
 		usleep(1000);
@@ -179,35 +353,34 @@ holder(const char *name_b64, double start_at, double stop_at, int ttl)
 	for (;;)
 	{
 		double		t0 = now();
-		double		t_acq;
-		double		t_rel;
+		double		t_acq = 0;
+		double		t_rel = 0;
 
 		if (t0 >= stop_at)
 			break;
 
-		snprintf(body, sizeof(body), "{\"TTL\":\"%d\"}", ttl);
-		if (!field(post("/v3/lease/grant", body), "ID", lease, sizeof(lease)))
-			exit(2);
-		snprintf(body, sizeof(body), "{\"name\":\"%s\",\"lease\":\"%s\"}",
-				 name_b64, lease);
-		if (!field(post("/v3/lock/lock", body), "key", key, sizeof(key)))
-			exit(3);
-		snprintf(body, sizeof(body), "{\"key\":\"%s\"}", key);
-		if (!field(post("/v3/kv/range", body), "create_revision", rev, sizeof(rev)))
-		{
-			fprintf(stderr, "etcd_floor: lock key vanished: lock lost\n");
-			exit(4);
-		}
-		t_acq = now();
-		t_rel = now();
-		snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", lease);
-		post("/v3/lease/revoke", body);
+		if (mode == MODE_LEASE)
+			t_rel = cycle_lease(name_b64, ttl, rev, sizeof(rev), &t_acq);
+		else if (mode == MODE_SESSION)
+			t_rel = cycle_session(key_b64, rev, sizeof(rev), &t_acq);
+		else
+			t_rel = cycle_locksvc(name_b64, rev, sizeof(rev), &t_acq);
 
 		/* one write per line: atomic on the shared pipe */
 		snprintf(line, sizeof(line), "%s %.6f %.6f %.6f\n",
 				 rev, t_acq, t_rel, now() - t0);
 		if (write(STDOUT_FILENO, line, strlen(line)) < 0)
 			exit(5);
+		if (mode != MODE_LEASE)
+			keep_session_alive();
+	}
+
+	if (mode != MODE_LEASE)
+	{
+		char		body[128];
+
+		snprintf(body, sizeof(body), "{\"ID\":\"%s\"}", session_lease);
+		post("/v3/lease/revoke", body);
 	}
 	curl_easy_cleanup(easy);
 	curl_slist_free_all(hdrs);
@@ -223,10 +396,12 @@ main(int argc, char **argv)
 	int			ttl;
 	int			i;
 	int			failed = 0;
+	Mode		mode = MODE_LEASE;
 
-	if (argc != 7 || strlen(argv[2]) > 600)
+	if (argc < 7 || argc > 8 || strlen(argv[2]) > 400)
 	{
-		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL\n", argv[0]);
+		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL [lease|session|locksvc]\n",
+				argv[0]);
 		return 2;
 	}
 	base_url = argv[1];
@@ -235,6 +410,25 @@ main(int argc, char **argv)
 	start_at = atof(argv[4]);
 	stop_at = atof(argv[5]);
 	ttl = atoi(argv[6]);
+	if (argc == 8)
+	{
+		if (strcmp(argv[7], "lease") == 0)
+			mode = MODE_LEASE;
+		else if (strcmp(argv[7], "session") == 0)
+			mode = MODE_SESSION;
+		else if (strcmp(argv[7], "locksvc") == 0)
+			mode = MODE_LOCKSVC;
+		else
+		{
+			fprintf(stderr, "%s: unknown mode \"%s\"\n", argv[0], argv[7]);
+			return 2;
+		}
+	}
+	if (mode == MODE_SESSION && holders != 1)
+	{
+		fprintf(stderr, "%s: session mode never waits: HOLDERS must be 1\n", argv[0]);
+		return 2;
+	}
 
 	curl_global_init(CURL_GLOBAL_ALL);
 	for (i = 0; i < holders; i++)
@@ -248,7 +442,7 @@ main(int argc, char **argv)
 		}
 		if (pid == 0)
 		{
-			holder(name_b64, start_at, stop_at, ttl);
+			holder(mode, argv[2], name_b64, start_at, stop_at, ttl);
 			_exit(0);
 		}
 	}
