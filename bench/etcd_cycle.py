@@ -20,7 +20,7 @@ to the end of the release.  The clients (issue 9, item 3):
                  kv/deleterange.  3 requests, 2 raft writes
   locksvc        (d) C (mode locksvc): etcd's own lock service on a session
                  lease: lock/lock, kv/range of the key, lock/unlock
-  watch          (d) Python (this file, stdlib only): the etcd Mutex
+  watch-py       (d) Python (this file, stdlib only): the etcd Mutex
                  protocol on the client with a SYNCED watch: own key
                  NAME/<lease hex> on the session lease (txn: create if
                  absent); predecessor = the key under NAME/ with the highest
@@ -35,6 +35,8 @@ to the end of the release.  The clients (issue 9, item 3):
                  Holder when there is no predecessor; then a read of its
                  own key (gone: lock lost; else create_revision = token),
                  and kv/deleterange to release
+  watch-c        (d) the same protocol in C (etcd_floor.c, mode watch;
+                 libcurl, the watch on a multi handle of its own)
 
 All clients run side by side in one run, in interleaved rounds (round 1:
 every holder count, every client; round 2: the same; ...), so drift on a
@@ -65,14 +67,16 @@ import sys
 import time
 import urllib.parse
 
-CLIENTS = ("lockfence", "lease-floor", "session-floor", "locksvc", "watch")
-C_MODES = {"lease-floor": "lease", "session-floor": "session", "locksvc": "locksvc"}
+CLIENTS = ("lockfence", "lease-floor", "session-floor", "locksvc", "watch-py", "watch-c")
+C_MODES = {"lease-floor": "lease", "session-floor": "session", "locksvc": "locksvc",
+           "watch-c": "watch"}
 DESCRIPTIONS = {
     "lockfence": "(a) SQL: etcd_lock + etcd_unlock",
     "lease-floor": "(b) C: lease per cycle, lock service",
     "session-floor": "(c) C: session lease, txn/range/delete",
     "locksvc": "(d) C: lock service on a session lease",
-    "watch": "(d) Python: Mutex with a synced watch",
+    "watch-py": "(d) Python: Mutex with a synced watch",
+    "watch-c": "(d) C: Mutex with a synced watch",
 }
 
 

@@ -24,6 +24,14 @@
  *			  the session lease (waits on the server), /v3/kv/range of the
  *			  returned key (the token; gone means the lock was lost), then
  *			  /v3/lock/unlock.  3 requests.
+ *	 watch	  the etcd Mutex protocol on the client with a synced watch, on a
+ *			  session lease: own key NAME/<lease hex> created if absent
+ *			  (kv/txn); predecessor = the key under NAME/ with the highest
+ *			  create_revision below one's own (kv/range, limit 1); a watch on
+ *			  it created without start_revision, so that etcd delivers its
+ *			  delete at once; the predecessor ranged again once the watch
+ *			  exists; holder when there is none: read the own key back (the
+ *			  token), then kv/deleterange.  Uncontended 4 requests.
  *
  * Usage: etcd_floor URL NAME HOLDERS START_AT STOP_AT TTL [MODE]
  *	 START_AT / STOP_AT are CLOCK_MONOTONIC seconds (as Python's
@@ -171,7 +179,8 @@ typedef enum Mode
 {
 	MODE_LEASE,
 	MODE_SESSION,
-	MODE_LOCKSVC
+	MODE_LOCKSVC,
+	MODE_WATCH
 } Mode;
 
 /* this holder's session lease (session and locksvc modes) */
@@ -307,6 +316,169 @@ cycle_locksvc(const char *name_b64, char *rev, size_t revlen, double *t_acq)
 }
 
 /*
+ * A watch stream's state, filled in by its write callback.  A watch on one
+ * key sees few messages, so the stream is kept whole and searched again.
+ */
+typedef struct WatchState
+{
+	Buf			buf;
+	int			created;
+	int			deleted;
+	int			failed;
+} WatchState;
+
+static CURLM *multi;
+
+/*
+ * libcurl write callback of a watch stream: note "created", a DELETE event
+ * and a cancel or error.  (Events on one key: a PUT has no "type" field.)
+ */
+static size_t
+watch_collect(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	WatchState *w = userdata;
+
+	if (collect(ptr, size, nmemb, &w->buf) == 0)
+		return 0;
+	w->created = w->created || strstr(w->buf.data, "\"created\":true") != NULL;
+	w->deleted = w->deleted || strstr(w->buf.data, "\"type\":\"DELETE\"") != NULL;
+	w->failed = w->failed || strstr(w->buf.data, "\"canceled\":true") != NULL ||
+		strstr(w->buf.data, "\"error\"") != NULL;
+	return size * nmemb;
+}
+
+/*
+ * Drive the watch transfer until *flag is set; exit if the stream fails or
+ * ends first.
+ */
+static void
+watch_until(WatchState *w, int *flag)
+{
+	for (;;)
+	{
+		int			running = 0;
+
+		curl_multi_perform(multi, &running);
+		if (*flag)
+			return;
+		if (w->failed || running == 0)
+		{
+			fprintf(stderr, "etcd_floor: watch failed or ended: %s\n", w->buf.data);
+			exit(8);
+		}
+		curl_multi_poll(multi, NULL, 0, 1000, NULL);
+	}
+}
+
+/*
+ * Start a watch on key_b64 on a connection of its own, WITHOUT
+ * start_revision: etcd starts it at the current revision and keeps it
+ * among its synced watchers, which get each event as it is written (a
+ * watch from a past revision is "unsynced" and is caught up only at etcd's
+ * 100 ms sync tick).  Returns once etcd has answered "created": from then
+ * on no delete of the key is missed.
+ */
+static CURL *
+watch_start(const char *key_b64, WatchState *w, char *body, size_t bodylen)
+{
+	char		url[512];
+	CURL	   *h = curl_easy_init();
+
+	memset(w, 0, sizeof(*w));
+	snprintf(url, sizeof(url), "%s/v3/watch", base_url);
+	snprintf(body, bodylen, "{\"create_request\":{\"key\":\"%s\"}}", key_b64);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, watch_collect);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
+	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+	curl_multi_add_handle(multi, h);
+	watch_until(w, &w->created);
+	return h;
+}
+
+static void
+watch_stop(CURL *h)
+{
+	curl_multi_remove_handle(multi, h);
+	curl_easy_cleanup(h);
+}
+
+/*
+ * watch mode: the etcd Mutex protocol on the client, with a synced watch.
+ * Own key NAME/<lease hex> on the session lease (created if absent); the
+ * predecessor is the key under NAME/ with the highest create_revision
+ * below one's own; watch it, then range it again (a delete just before the
+ * watch existed is not missed): gone, or re-created with another
+ * create_revision (a session reuses its key for its next lock, which then
+ * queues behind us: waiting for it would deadlock), look again; else wait
+ * for its DELETE event and look again.  Holder when there is none; then
+ * read the own key back (gone: lock lost) and delete it to release.
+ */
+static double
+cycle_watch(const char *pfx_b64, const char *end_b64, const char *key_b64,
+			char *rev, size_t revlen, double *t_acq)
+{
+	char		body[4096];
+	char		wbody[4096];
+	char		own[64];
+	char		pred[1024];
+	char		pred_rev[64];
+	char		again[64];
+	const char *r;
+	double		t_rel;
+
+	snprintf(body, sizeof(body),
+			 "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"0\"}],"
+			 "\"success\":[{\"request_put\":{\"key\":\"%s\",\"lease\":\"%s\"}}],"
+			 "\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
+			 key_b64, key_b64, session_lease, key_b64);
+	r = post("/v3/kv/txn", body);
+	/* a txn with one put: its header revision is the key's create_revision */
+	if (!field(r, strstr(r, "\"succeeded\":true") ? "revision" : "create_revision",
+			   own, sizeof(own)))
+		exit(3);
+
+	for (;;)
+	{
+		WatchState w;
+		CURL	   *h;
+
+		snprintf(body, sizeof(body),
+				 "{\"key\":\"%s\",\"range_end\":\"%s\",\"max_create_revision\":\"%lld\","
+				 "\"sort_order\":\"DESCEND\",\"sort_target\":\"CREATE\",\"limit\":\"1\"}",
+				 pfx_b64, end_b64, atoll(own) - 1);
+		r = post("/v3/kv/range", body);
+		if (strstr(r, "\"kvs\"") == NULL)
+			break;
+		if (!field(r, "key", pred, sizeof(pred)) ||
+			!field(r, "create_revision", pred_rev, sizeof(pred_rev)))
+			exit(3);
+		h = watch_start(pred, &w, wbody, sizeof(wbody));
+		snprintf(body, sizeof(body), "{\"key\":\"%s\"}", pred);
+		if (field(post("/v3/kv/range", body), "create_revision", again, sizeof(again)) &&
+			strcmp(again, pred_rev) == 0)
+			watch_until(&w, &w.deleted);
+		watch_stop(h);
+	}
+
+	read_token(key_b64, rev, revlen);
+	if (strcmp(rev, own) != 0)
+	{
+		fprintf(stderr, "etcd_floor: own key re-created while waiting: lock lost\n");
+		exit(4);
+	}
+	*t_acq = now();
+	t_rel = now();
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", key_b64);
+	post("/v3/kv/deleterange", body);
+	return t_rel;
+}
+
+/*
  * Set up this process's kept-alive handle.
  */
 static void
@@ -334,6 +506,8 @@ holder(Mode mode, const char *name, const char *name_b64,
 	char		line[256];
 	char		key[512];
 	char		key_b64[1024];
+	char		pfx_b64[1024];
+	char		end_b64[1024];
 
 	init_handle();
 	lease_ttl = ttl;
@@ -345,6 +519,12 @@ holder(Mode mode, const char *name, const char *name_b64,
 		snprintf(key, sizeof(key), "%s/%llx", name,
 				 (unsigned long long) strtoll(session_lease, NULL, 10));
 		b64(key, key_b64);
+		/* the prefix NAME/ and its range end NAME0 ('/' + 1 is '0') */
+		snprintf(key, sizeof(key), "%s/", name);
+		b64(key, pfx_b64);
+		key[strlen(key) - 1] = '0';
+		b64(key, end_b64);
+		multi = curl_multi_init();
 	}
 
 	while (now() < start_at)
@@ -363,8 +543,10 @@ holder(Mode mode, const char *name, const char *name_b64,
 			t_rel = cycle_lease(name_b64, ttl, rev, sizeof(rev), &t_acq);
 		else if (mode == MODE_SESSION)
 			t_rel = cycle_session(key_b64, rev, sizeof(rev), &t_acq);
-		else
+		else if (mode == MODE_LOCKSVC)
 			t_rel = cycle_locksvc(name_b64, rev, sizeof(rev), &t_acq);
+		else
+			t_rel = cycle_watch(pfx_b64, end_b64, key_b64, rev, sizeof(rev), &t_acq);
 
 		/* one write per line: atomic on the shared pipe */
 		snprintf(line, sizeof(line), "%s %.6f %.6f %.6f\n",
@@ -400,7 +582,7 @@ main(int argc, char **argv)
 
 	if (argc < 7 || argc > 8 || strlen(argv[2]) > 400)
 	{
-		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL [lease|session|locksvc]\n",
+		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL [lease|session|locksvc|watch]\n",
 				argv[0]);
 		return 2;
 	}
@@ -418,6 +600,8 @@ main(int argc, char **argv)
 			mode = MODE_SESSION;
 		else if (strcmp(argv[7], "locksvc") == 0)
 			mode = MODE_LOCKSVC;
+		else if (strcmp(argv[7], "watch") == 0)
+			mode = MODE_WATCH;
 		else
 		{
 			fprintf(stderr, "%s: unknown mode \"%s\"\n", argv[0], argv[7]);
