@@ -284,16 +284,27 @@ def worker(client, args, name, start_at, stop_at, out):
 
 
 def etcd_requests(url):
-    """Requests etcd's gRPC server has started so far (the gateway's too)."""
+    """Requests etcd's gRPC server has started so far (the gateway's too),
+    by method (Range, Txn, DeleteRange, Lock, Watch, LeaseKeepAlive...)."""
     conn = http_conn(url, 10)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
-    total = 0
+    counts = {}
     for line in text.splitlines():
         if line.startswith("grpc_server_started_total{"):
-            total += int(float(line.rsplit(" ", 1)[1]))
-    return total
+            method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
+            counts[method] = counts.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def delta(after, before):
+    d = {m: n - before.get(m, 0) for m, n in after.items()}
+    return {m: n for m, n in d.items() if n}
+
+
+def add(a, b):
+    return {m: a.get(m, 0) + b.get(m, 0) for m in set(a) | set(b)}
 
 
 def keys_under(url, name):
@@ -364,7 +375,7 @@ def run_round(args, client, holders, seconds):
         lat, grants = run_round_c(args, client, name, holders, seconds)
     else:
         lat, grants = run_round_py(args, client, name, holders, seconds)
-    return lat, grants, etcd_requests(args.etcd) - before
+    return lat, grants, delta(etcd_requests(args.etcd), before)
 
 
 def check_safety(client, grants):
@@ -417,6 +428,10 @@ def print_table(args, summary, holders):
                  r["cycles_per_s"],
                  "%.1f" % r["requests_per_cycle"] if r["requests_per_cycle"] else "-",
                  rp50, rtp))
+    print("  etcd requests per cycle by method:")
+    for c in clients_for(args, holders):
+        print("    %-14s %s" % (c, ", ".join("%s %.2f" % mv for mv in
+                                            res[c]["requests_per_cycle_by_method"].items())))
 
 
 def verdict(ok):
@@ -487,14 +502,14 @@ def main():
     for c in clients_for(args, 1):
         run_round(args, c, 1, 1.0)
 
-    acc = {(h, c): ([], [], 0) for h in holder_counts for c in CLIENTS}
+    acc = {(h, c): ([], [], {}) for h in holder_counts for c in CLIENTS}
     for r in range(args.rounds):
         for h in holder_counts:
             for c in clients_for(args, h):
                 lat, grants, nreq = run_round(args, c, h, args.seconds)
                 check_safety(c, grants)
                 a = acc[(h, c)]
-                acc[(h, c)] = (a[0] + lat, a[1] + grants, a[2] + nreq)
+                acc[(h, c)] = (a[0] + lat, a[1] + grants, add(a[2], nreq))
                 sys.stderr.write("round %d, %2d holders, %-13s cycles %6d  p50 %8.3f ms\n"
                                  % (r + 1, h, c, len(lat), pct(sorted(lat), 50) * 1e3))
 
@@ -514,7 +529,9 @@ def main():
             summary["holders"][str(h)][c] = {
                 "cycles": n, "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3,
                 "cycles_per_s": n / total,
-                "requests_per_cycle": acc[(h, c)][2] / n if n else None}
+                "requests_per_cycle": sum(acc[(h, c)][2].values()) / n if n else None,
+                "requests_per_cycle_by_method": {m: k / n for m, k in
+                                                 sorted(acc[(h, c)][2].items())} if n else {}}
         print_table(args, summary, h)
     print_targets(summary)
     if args.json:
