@@ -5,11 +5,16 @@
 # Starts a private single-member etcd (Debian's etcd-server, fsync on) and a
 # private PostgreSQL (from $PG_CONFIG's bindir, where lockfence must be
 # installed) in a temporary folder on loopback, then runs etcd_cycle.py,
-# which measures lockfence from SQL against a minimal kept-alive HTTP client
-# (bench/etcd_floor.c, built here with cc and libcurl) side by side.  Everything started here is stopped on exit, whatever happens.
+# which measures lockfence from SQL against floor clients side by side: the
+# C floors in bench/etcd_floor.c (built here with cc and libcurl: a lease
+# per cycle, a session lease uncontended, etcd's lock service on a session
+# lease, the Mutex protocol with a synced watch) and the same synced-watch
+# Mutex client in Python.  Everything started here is stopped on exit,
+# whatever happens.
 #
 # Usage: PG_CONFIG=/path/to/pg_config bench/etcd_cycle.sh [etcd_cycle.py options]
-#   e.g. bench/etcd_cycle.sh --holders 8 --seconds 5 --rounds 3
+#   e.g. bench/etcd_cycle.sh --holders 1,8,32 --seconds 5 --rounds 3
+#        bench/etcd_cycle.sh --clients lockfence,watch-c --holders 8
 # Run as root it re-runs itself as user postgres (initdb refuses root).
 #
 # IDENTIFICATION
@@ -72,7 +77,7 @@ cat >>"$T/pg/postgresql.conf" <<EOF
 listen_addresses = ''
 port = $PGP
 unix_socket_directories = '$T'
-max_connections = 40
+max_connections = 80
 lockfence.etcd_endpoints = 'http://127.0.0.1:$CP'
 EOF
 "$BIN/pg_ctl" -D "$T/pg" -l "$T/pg.log" -w start >/dev/null
