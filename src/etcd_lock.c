@@ -178,13 +178,21 @@ key_is_holder(JsonbContainer *r, const char *key, const char *what)
 		memcmp(holder, key, holder_len) == 0;
 }
 
+/* What queueing our key found (queue_lock_key) */
+typedef enum QueueResult
+{
+	QUEUED_HOLDER,				/* our key is the holder */
+	QUEUED_BEHIND,				/* an older key holds the lock */
+	QUEUE_LEASE_GONE			/* etcd does not know our lease */
+} QueueResult;
+
 /*
  * Queue our key under name, as the Mutex does, in one transaction: create
  * it under our lease unless it exists, and read the holder.  Sets *my_rev
- * to our key's create_revision; returns true when our key is the holder,
- * so that an uncontended lock costs this one request.
+ * to our key's create_revision.  An uncontended lock costs this one
+ * request.
  */
-static bool
+static QueueResult
 queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 {
 	const char *what = "a lock request";
@@ -202,8 +210,7 @@ queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 				   &reply))
 	{
 		if (reply.error_text && strstr(reply.error_text, "lease not found"))
-			etcd_report_lock_lost(name, key,
-								  "The lease expired before the lock key was created.");
+			return QUEUE_LEASE_GONE;
 		etcd_report_reply_error(what, &reply);
 	}
 
@@ -218,7 +225,8 @@ queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 	else
 		*my_rev = own_key_revision(txn_range(&reply, 0, what), name, key,
 								   lease, what);
-	return key_is_holder(txn_range(&reply, 1, what), key, what);
+	return key_is_holder(txn_range(&reply, 1, what), key, what) ?
+		QUEUED_HOLDER : QUEUED_BEHIND;
 }
 
 /*
@@ -246,20 +254,95 @@ etcd_lock_check_args(const char *name, int ttl)
 }
 
 /*
- * The session lease for a lock of ttl seconds, renewed if it was used
- * before (so that every lock on it lives ttl seconds from now on).  If etcd says it is gone, every lock on it is lost (LF003 for
- * each); one that carried no lock is replaced by a new lease.
+ * A session lease used before is renewed by every lock call (the renewal
+ * rule, etcd_session.c).  The keepalive is sent alongside the lock
+ * request, not before it, so that renewing costs no round trip of its
+ * own; LockRenewal tracks it.
  */
-static int64
-renewed_session_lease(int ttl, int *granted_ttl, bool *fresh)
+typedef struct LockRenewal
 {
-	int64		lease = etcd_session_lease(ttl, granted_ttl, fresh);
+	EtcdHttpReq *req;			/* keepalive in flight, or NULL */
+	int64		lease;
+	TimestampTz sent_at;
+} LockRenewal;
+
+static void
+start_renewal(LockRenewal *r, int64 lease, bool fresh)
+{
+	r->req = NULL;
+	r->lease = lease;
+	if (fresh)
+		return;
+	r->sent_at = GetCurrentTimestamp();
+	r->req = etcd_lease_keepalive_start(lease, etcd_request_timeout_ms);
+	if (r->req == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not set up an etcd request")));
+}
+
+/*
+ * Collect the renewal.  A lease etcd says is gone loses every lock on it
+ * (key, queued on lease, among them: LF003).  A keepalive that got no
+ * answer is sent again the usual way, with retries.
+ */
+static void
+finish_renewal(LockRenewal *r, const char *name, const char *key,
+			   int64 lease)
+{
 	int64		left;
 
-	if (*fresh || etcd_lease_keepalive(lease, &left))
-		return lease;
-	etcd_session_lease_lost(lease, "expired or was revoked", false);
-	return etcd_session_lease(ttl, granted_ttl, fresh);
+	if (r->req == NULL)
+		return;
+	while (etcd_http_status(r->req) == ETCD_HTTP_RUNNING)
+	{
+		if (!etcd_http_wait(-1))
+			CHECK_FOR_INTERRUPTS();
+	}
+	left = etcd_lease_keepalive_finish(r->req);
+	etcd_http_finish(r->req);
+	r->req = NULL;
+	if (left > 0)
+		etcd_session_lease_renewed(r->lease, r->sent_at);
+	else if (left == ETCD_KA_GONE || !etcd_lease_keepalive(r->lease, &left))
+	{
+		etcd_session_lease_lost(r->lease, "expired or was revoked", false);
+		if (r->lease == lease)
+			etcd_report_lock_lost(name, key,
+								  "The lease of the lock key expired or was revoked.");
+	}
+}
+
+/*
+ * Queue our key on *lease (see queue_lock_key).  A session lease used
+ * before may be gone (it was not renewed within its TTL, or was revoked):
+ * every lock on it is lost with it (etcd_session_lease raises LF003 for
+ * them), and one that carried none is replaced by a new lease, once.
+ * Updates *lease, *fresh and *granted_ttl then; returns our key.
+ */
+static char *
+queue_on_lease(const char *name, int ttl, volatile int64 *lease,
+			   volatile bool *fresh, int *granted_ttl, QueueResult *result,
+			   int64 *my_rev)
+{
+	char	   *key = lock_key(name, *lease);
+	bool		new_fresh;
+
+	*result = queue_lock_key(name, key, *lease, my_rev);
+	if (*result != QUEUE_LEASE_GONE)
+		return key;
+	if (!*fresh)
+	{
+		etcd_session_lease_lost(*lease, "expired or was revoked", false);
+		*lease = etcd_session_lease(ttl, granted_ttl, &new_fresh);
+		*fresh = new_fresh;
+		key = lock_key(name, *lease);
+		*result = queue_lock_key(name, key, *lease, my_rev);
+	}
+	if (*result == QUEUE_LEASE_GONE)
+		etcd_report_lock_lost(name, key,
+							  "The lease expired before the lock key was created.");
+	return key;
 }
 
 /*
@@ -298,10 +381,15 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	MemoryContext cxt = CurrentMemoryContext;
 	TimestampTz started = GetCurrentTimestamp();
 	volatile bool got = false;
-	bool		fresh;
+	volatile bool fresh;
+	bool		session_fresh;
+	int64		session_lease;
+	LockRenewal renewal;
 
 	etcd_lock_check_args(name, ttl);
-	lease = renewed_session_lease(ttl, &granted_ttl, &fresh);
+	lease = etcd_session_lease(ttl, &granted_ttl, &session_fresh);
+	fresh = session_fresh;
+	session_lease = lease;
 	if (etcd_session_holds_key(lease, lock_key(name, lease)))
 	{
 		/*
@@ -315,12 +403,18 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		fresh = true;
 	}
 
+	start_renewal(&renewal, session_lease, session_fresh);
+
 	PG_TRY();
 	{
-		char	   *key = lock_key(name, lease);
+		QueueResult queued;
 		int64		my_rev;
+		char	   *key;
 
-		if (queue_lock_key(name, key, lease, &my_rev))
+		key = queue_on_lease(name, ttl, &lease, &fresh, &granted_ttl,
+							 &queued, &my_rev);
+		finish_renewal(&renewal, name, key, lease);
+		if (queued == QUEUED_HOLDER)
 		{
 			got = true;
 			res->token = my_rev;
