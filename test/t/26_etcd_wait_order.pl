@@ -17,12 +17,13 @@
 #	     overlap (timestamps, and a PostgreSQL advisory lock taken inside
 #	     every hold).
 #	  3. Predecessors leaving out of order: a waiter whose own key is
-#	     deleted by hand while the holder holds gets LF003, never a
-#	     token, and the waiter behind it still waits for the holder; the
-#	     holder's release and the creation of a new key in one etcd
-#	     transaction hand the lock to the next waiter and keep the
-#	     newcomer last; the holder's key and the next waiter's key
-#	     deleted in one transaction hand the lock to the waiter after them.
+#	     deleted by hand while the holder holds gets LF003 (within 10 s,
+#	     while the holder still holds), never a token, and the waiter
+#	     behind it still waits for the holder; the holder's release and
+#	     the creation of a new key in one etcd transaction hand the lock
+#	     to the next waiter and keep the newcomer last; the holder's key
+#	     and the next waiter's key deleted in one transaction hand the
+#	     lock to the waiter after them, and the other gets LF003.
 #	  4. etcd 3.4's lost-lock guard: a waiter whose lease is revoked while
 #	     it waits never receives a token (LF003), and the waiter behind it
 #	     gets the lock when the holder releases, not before.
@@ -33,6 +34,15 @@
 #
 #	  Every wait is a poll with a deadline; "still waits" is observed over
 #	  a settle time after which a wrong grant would have shown.
+#
+#	  etcd's lock service, through which lockfence waited before its
+#	  client-side wait, cannot do two of these things: notice a waiter's
+#	  own key deleted before the holder releases (3), and keep the place
+#	  of a waiter whose member hangs (5; see requeue_new_lease in
+#	  src/etcd_lock.c).  The test finds out from etcd's gRPC metrics
+#	  whether lockfence called the lock service; if it did, those three
+#	  checks are TODO (reported, not failing); for any other wait they
+#	  bind.
 
 use strict;
 use warnings;
@@ -108,12 +118,13 @@ sub etcdctl_txn
 	return $out;
 }
 
-# Grant a lease (hex ID, as in lock keys).
+# Grant a lease; its ID in hex as in lock keys (etcdctl pads it to 16
+# digits, lock keys do not).
 sub grant_lease
 {
 	my ($e, $ttl) = @_;
 	my $out = $e->etcdctl('lease', 'grant', $ttl);
-	$out =~ /lease ([0-9a-f]+) granted/ or die "unexpected lease grant output: $out";
+	$out =~ /lease 0*([0-9a-f]+) granted/ or die "unexpected lease grant output: $out";
 	return $1;
 }
 
@@ -159,7 +170,7 @@ sub lf_finish
 	return LockfenceTest::EtcdCluster::wait_result($s, 30);
 }
 
-# True if the waiter stays waiting for the settle time.
+# True if every given waiter keeps waiting for the settle time.
 sub still_waits
 {
 	my (@s) = @_;
