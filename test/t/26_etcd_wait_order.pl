@@ -462,7 +462,10 @@ EOF
 		"SELECT key || '|' || token FROM lockfence.etcd_lock('$name', 30)");
 	my ($hkey, $htok) = split /\|/, $row;
 	my ($w1, $w2) = (session(), session());
-	lf_start($w1, $name, 30, '60s');
+	# TTL 15: a wait that looks at its own key only when it renews its
+	# lease (every third of the TTL) also learns of the deletion within
+	# the 10 s allowed below.
+	lf_start($w1, $name, 15, '60s');
 	ok($etcd->wait_for_keys("$name/", 2), 'ooo: W1 queued');
 	lf_start($w2, $name, 30, '60s');
 	ok($etcd->wait_for_keys("$name/", 3), 'ooo: W2 queued');
