@@ -13,6 +13,7 @@
  *					transaction-scoped release; revocation at exit
  *	etcd_commit_check.c	the commit-time lock check
  *	etcd_lock.c		the lock protocol (acquire, confirm, unlock)
+ *	etcd_lock_many.c	several locks taken by one call, all or nothing
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
  *
  * Everything declared here is internal to the library: with GCC and
@@ -33,6 +34,7 @@
 
 #include "compat.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -289,6 +291,44 @@ extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
+
+/* etcd_lock_many.c: several locks at once, in byte order of their names */
+
+/* Most distinct locks one call takes. */
+#define ETCD_MAX_LOCKS_PER_CALL	1000
+
+/* The locks of one call. */
+typedef struct EtcdLockSet
+{
+	int			count;
+	const char **names;			/* sorted by bytes, distinct */
+	EtcdLockResult *locks;		/* locks[i]: the lock on names[i] */
+	int			held;			/* locks[0 .. held - 1] are held, pending */
+} EtcdLockSet;
+
+/* A resource to fence with the token of a lock of the set */
+typedef struct EtcdFencedResource
+{
+	const char *resource;
+	const char *name;
+	int			lock;			/* index of name in the set */
+} EtcdFencedResource;
+
+/* What a call does with its locks before they are handed over */
+typedef void (*EtcdLockSetStep) (EtcdLockSet *set, void *arg);
+
+extern void etcd_lock_check_holder_name(const char *name);
+extern void etcd_lock_set_of_name(EtcdLockSet *set, const char *name);
+extern void etcd_lock_set_of_array(EtcdLockSet *set, ArrayType *names);
+extern int	etcd_fenced_resources_of_arrays(ArrayType *names,
+											ArrayType *resources,
+											EtcdLockSet *set,
+											EtcdFencedResource **out);
+extern void etcd_lock_set_take(EtcdLockSet *set, int ttl, long wait_ms,
+							   bool xact_scope, bool fenced,
+							   EtcdLockSetStep step, void *arg);
+extern void etcd_lock_set_fence(EtcdLockSet *set,
+								const EtcdFencedResource *fences, int n);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop
