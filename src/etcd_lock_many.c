@@ -112,9 +112,9 @@ cstring_cmp(const void *a, const void *b)
 }
 
 /*
- * The longest lock name whose key ("<name>/" and up to 16 hex digits) fits
- * in a fence's holder: etcd_lock_and_fence fences with the key as holder,
- * so it refuses longer names before contacting etcd.
+ * Refuse a lock name whose key ("<name>/" and up to 16 hex digits) might
+ * not fit in a fence's holder: etcd_lock_and_fence fences with the key as
+ * holder, and must find that out before contacting etcd.
  */
 void
 etcd_lock_check_holder_name(const char *name)
@@ -360,7 +360,8 @@ lock_set_acquire(EtcdLockSet *set, int ttl, long wait_ms)
 
 	PG_TRY();
 	{
-		TimestampTz deadline = TimestampTzPlusMilliseconds(start, Max(wait_ms, 0));
+		TimestampTz deadline = TimestampTzPlusMilliseconds(start,
+														   Max(wait_ms, 0));
 		LockManyPosition pos = {STEP_ACQUIRE, 0, set->count};
 		ErrorContextCallback cb;
 
