@@ -24,6 +24,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use List::Util qw(max);
 use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
@@ -304,19 +305,29 @@ for my $w (1 .. $n_sessions)
 }
 my $t_many = time;
 send_query($workers[$_ - 1], $scripts[$_ - 1]) for 1 .. $n_sessions;
+# All rounds of all sessions within 90 s (about 5 s here); sessions still
+# running then (a deadlock would keep them waiting) are terminated.
+my $deadline = time + 90;
 my $all_ok = 1;
+my @unfinished;
 for my $w (1 .. $n_sessions)
 {
-	my ($o, $e) = wait_result($workers[$w - 1], 90);
+	my ($o, $e) = wait_result($workers[$w - 1], 1 + max(0, $deadline - time));
 	if ($e =~ /ERROR|FATAL/ || $o !~ /done/)
 	{
 		$all_ok = 0;
-		diag("session $w: " . ($e || 'did not finish in time'));
+		diag("session $w: " . substr($e || 'did not finish in time', 0, 600));
 	}
+	push @unfinished, $w if $o !~ /done/;
 }
 my $many_took = time - $t_many;
 ok($all_ok, sprintf('%d sessions x %d rounds completed without error (%.1f s)',
 	$n_sessions, $rounds, $many_took));
+for my $w (@unfinished)
+{
+	$admin->query_safe("SELECT pg_terminate_backend($workers[$w - 1]{pid})");
+	$workers[$w - 1]{run}->kill_kill;
+}
 
 my $rows_total = 0;
 my $tokens_grow = 1;
@@ -347,7 +358,9 @@ ok($tokens_grow, 'each resource\'s tokens only grow, in the order of the holds')
 ok($no_overlap, 'no two holders of a resource overlap');
 is_deeply([ $etcd->keys('sl/') ], [], 'no lock left after the rounds');
 
-$_->quit for @workers, $s, $h, $h2, $admin, $sa, $sb;
+my %gone = map { $_ => 1 } @unfinished;
+$workers[ $_ - 1 ]->quit for grep { !$gone{$_} } 1 .. $n_sessions;
+$_->quit for $s, $h, $h2, $admin, $sa, $sb;
 $node->stop;
 $etcd->stop;
 note(sprintf('total %.1f s', time - $t_start));
