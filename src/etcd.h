@@ -12,8 +12,9 @@
  *	etcd_session.c	session leases (one per TTL) and the locks held on them;
  *					transaction-scoped release; revocation at exit
  *	etcd_commit_check.c	the commit-time lock check
- *	etcd_lock.c		the lock protocol (queue, confirm, unlock)
+ *	etcd_lock.c		the lock protocol (queue, unlock)
  *	etcd_lock_wait.c	waiting for the predecessor with a synced watch
+ *	etcd_lock_many.c	several locks taken by one call, all or nothing
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
  *
  * Everything declared here is internal to the library: with GCC and
@@ -34,6 +35,7 @@
 
 #include "compat.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -302,6 +304,44 @@ pg_noreturn extern void etcd_report_lock_lost(const char *name,
 extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
 						   int64 my_rev, int ttl, long wait_ms,
 						   bool renew_now);
+
+/* etcd_lock_many.c: several locks at once, in byte order of their names */
+
+/* Most distinct locks one call takes. */
+#define ETCD_MAX_LOCKS_PER_CALL	1000
+
+/* The locks of one call. */
+typedef struct EtcdLockSet
+{
+	int			count;
+	const char **names;			/* sorted by bytes, distinct */
+	EtcdLockResult *locks;		/* locks[i]: the lock on names[i] */
+	int			held;			/* locks[0 .. held - 1] are held, pending */
+} EtcdLockSet;
+
+/* A resource to fence with the token of a lock of the set */
+typedef struct EtcdFencedResource
+{
+	const char *resource;
+	const char *name;
+	int			lock;			/* index of name in the set */
+} EtcdFencedResource;
+
+/* What a call does with its locks before they are handed over */
+typedef void (*EtcdLockSetStep) (EtcdLockSet *set, void *arg);
+
+extern void etcd_lock_check_holder_name(const char *name);
+extern void etcd_lock_set_of_name(EtcdLockSet *set, const char *name);
+extern void etcd_lock_set_of_array(EtcdLockSet *set, ArrayType *names);
+extern int	etcd_fenced_resources_of_arrays(ArrayType *names,
+											ArrayType *resources,
+											EtcdLockSet *set,
+											EtcdFencedResource **out);
+extern void etcd_lock_set_take(EtcdLockSet *set, int ttl, long wait_ms,
+							   bool xact_scope, bool fenced,
+							   EtcdLockSetStep step, void *arg);
+extern void etcd_lock_set_fence(EtcdLockSet *set,
+								const EtcdFencedResource *fences, int n);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

@@ -5,7 +5,8 @@
  *	  rows, and handing an acquired lock over to the SQL caller.
  *
  * The lock protocol itself is in etcd_lock.c, the lease RPCs in
- * etcd_lease.c.
+ * etcd_lease.c, the locks of one call taken all or nothing (also the
+ * one-lock etcd_lock_and_fence) in etcd_lock_many.c.
  *
  * IDENTIFICATION
  *	  src/etcd_sql.c
@@ -31,9 +32,8 @@ PG_FUNCTION_INFO_V1(lockfence_etcd_try_lock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_unlock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_keepalive);
 PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence);
-
-/* lockfence.fence(), called by etcd_lock_and_fence (fence.c) */
-extern Datum lockfence_fence(PG_FUNCTION_ARGS);
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence_many);
+PG_FUNCTION_INFO_V1(lockfence_etcd_lock_many);
 
 /* wait_timeout from which on a wait has no limit: 10,000 years */
 #define WAIT_FOREVER_USECS	((int64) 3652425 * USECS_PER_DAY)
@@ -224,6 +224,45 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(etcd_unlock_key(key, force));
 }
 
+/* etcd_lock_and_fence's work while its locks are pending */
+typedef struct LockAndFence
+{
+	const EtcdFencedResource *fences;
+	int			n;
+	FunctionCallInfo fcinfo;	/* for result rows; NULL: none */
+} LockAndFence;
+
+/*
+ * Fence each resource with the token of its lock; then, for the array
+ * form, put one result row per resource (resource, name, key, lease,
+ * token) into the tuplestore set up with InitMaterializedSRF.
+ */
+static void
+lock_and_fence_step(EtcdLockSet *set, void *arg)
+{
+	LockAndFence *lf = (LockAndFence *) arg;
+	ReturnSetInfo *rsinfo;
+
+	etcd_lock_set_fence(set, lf->fences, lf->n);
+	if (lf->fcinfo == NULL)
+		return;
+	rsinfo = (ReturnSetInfo *) lf->fcinfo->resultinfo;
+	for (int i = 0; i < lf->n; i++)
+	{
+		EtcdLockResult *l = &set->locks[lf->fences[i].lock];
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+
+		values[0] = CStringGetTextDatum(lf->fences[i].resource);
+		values[1] = CStringGetTextDatum(lf->fences[i].name);
+		values[2] = CStringGetTextDatum(l->key);
+		values[3] = Int64GetDatum(l->lease);
+		values[4] = Int64GetDatum(l->token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
+	}
+}
+
 /*
  * lockfence.etcd_lock_and_fence(name, resource, ttl_seconds, wait_timeout,
  *							  scope DEFAULT 'transaction') -> bigint
@@ -234,7 +273,8 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
  * is pending: any error (a rejected token, a cancel or statement timeout
  * while the fence waits for another transaction's fence row, ...)
  * releases it before the error propagates, since the caller never learns
- * the key.
+ * the key.  The lock set of one name (etcd_lock_many.c) does all that, as
+ * for the array form.
  */
 Datum
 lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
@@ -244,8 +284,9 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	int			ttl;
 	long		wait_ms;
 	bool		xact_scope;
-	EtcdLockResult res;
-	MemoryContext cxt = CurrentMemoryContext;
+	EtcdLockSet set;
+	EtcdFencedResource fence;
+	LockAndFence lf = {&fence, 1, NULL};
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -260,35 +301,132 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	ttl = PG_GETARG_INT32(2);
 	etcd_lock_check_args(name, ttl);
 	lockfence_validate_resource(resource);
-	/* The key, NAME/LEASEHEX, is the fence's holder: it must fit too. */
-	if (strlen(name) + 1 + 16 > LOCKFENCE_MAX_HOLDER_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("etcd lock name is too long for etcd_lock_and_fence"),
-				 errdetail("The lock key, the name followed by \"/\" and up to 16 hexadecimal digits, is the fence's holder, which is limited to %d bytes.",
-						   LOCKFENCE_MAX_HOLDER_BYTES)));
+	etcd_lock_check_holder_name(name);
 	wait_ms = wait_timeout_ms(fcinfo, 3);
 	/* 1.2 SQL has scope, defaulting to 'transaction'; older SQL had none */
 	xact_scope = xact_scope_arg(fcinfo, 4, false);
 
-	(void) etcd_lock_acquire(name, ttl, wait_ms, false, &res);
-	PG_TRY();
+	etcd_lock_set_of_name(&set, name);
+	fence.resource = resource;
+	fence.name = set.names[0];
+	fence.lock = 0;
+	etcd_lock_set_take(&set, ttl, wait_ms, xact_scope, true,
+					   lock_and_fence_step, &lf);
+	PG_RETURN_INT64(set.locks[0].token);
+}
+
+/*
+ * lockfence.etcd_lock_and_fence(names text[], resources text[], ttl_seconds,
+ *							  wait_timeout, scope DEFAULT 'transaction')
+ *		-> TABLE(resource, name, key, lease, token)
+ *
+ * Locks every distinct name in byte order, then fences resources[i] with
+ * the token of the lock on names[i], resources in byte order; all or
+ * nothing: any error releases every lock the call took and undoes its
+ * fences.  wait_timeout bounds the whole call.  One row per distinct
+ * resource, in byte order.  Every lock is confirmed at commit.
+ */
+Datum
+lockfence_etcd_lock_and_fence_many(PG_FUNCTION_ARGS)
+{
+	EtcdLockSet set;
+	EtcdFencedResource *fences;
+	LockAndFence lf;
+	int			ttl;
+	long		wait_ms;
+	bool		xact_scope;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("etcd lock name array must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("fencing resource array must not be null")));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ttl_seconds must not be null")));
+	ttl = PG_GETARG_INT32(2);
+	lf.n = etcd_fenced_resources_of_arrays(PG_GETARG_ARRAYTYPE_P(0),
+										   PG_GETARG_ARRAYTYPE_P(1),
+										   &set, &fences);
+	lf.fences = fences;
+	/* the names are valid by now: this checks ttl_seconds */
+	etcd_lock_check_args(set.names[0], ttl);
+	wait_ms = wait_timeout_ms(fcinfo, 3);
+	xact_scope = xact_scope_arg(fcinfo, 4, true);
+	lf.fcinfo = fcinfo;
+	InitMaterializedSRF(fcinfo, 0);
+
+	etcd_lock_set_take(&set, ttl, wait_ms, xact_scope, true,
+					   lock_and_fence_step, &lf);
+	return (Datum) 0;
+}
+
+/*
+ * etcd_lock_many's work while its locks are pending: one result row per
+ * lock (name, key, lease, token), in byte order of the names.
+ */
+static void
+lock_many_rows(EtcdLockSet *set, void *arg)
+{
+	FunctionCallInfo fcinfo = (FunctionCallInfo) arg;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	for (int i = 0; i < set->count; i++)
 	{
-		(void) DirectFunctionCall3(lockfence_fence,
-								   CStringGetTextDatum(resource),
-								   Int64GetDatum(res.token),
-								   CStringGetTextDatum(res.key));
+		Datum		values[4];
+		bool		nulls[4] = {false, false, false, false};
+
+		values[0] = CStringGetTextDatum(set->names[i]);
+		values[1] = CStringGetTextDatum(set->locks[i].key);
+		values[2] = Int64GetDatum(set->locks[i].lease);
+		values[3] = Int64GetDatum(set->locks[i].token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+							 nulls);
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(res.lease, res.key, !res.fresh_lease);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	etcd_lock_hand_over(&res, xact_scope);
-	etcd_session_lock_fenced(res.key);
-	PG_RETURN_INT64(res.token);
+}
+
+/*
+ * lockfence.etcd_lock_many(names text[], ttl_seconds, wait_timeout,
+ *						 scope DEFAULT 'session')
+ *		-> TABLE(name, key, lease, token)
+ *
+ * Acquires the lock on every distinct name, in byte order, on the session
+ * lease of ttl_seconds, waiting at most wait_timeout in all; one row per
+ * name.  All or nothing: if an acquisition fails, times out or is
+ * cancelled, every lock the call took is released before the error
+ * propagates.  scope as for etcd_lock.
+ */
+Datum
+lockfence_etcd_lock_many(PG_FUNCTION_ARGS)
+{
+	EtcdLockSet set;
+	int			ttl;
+	long		wait_ms;
+	bool		xact_scope;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("etcd lock name array must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ttl_seconds must not be null")));
+	ttl = PG_GETARG_INT32(1);
+	etcd_lock_set_of_array(&set, PG_GETARG_ARRAYTYPE_P(0));
+	/* the names are valid by now: this checks ttl_seconds */
+	etcd_lock_check_args(set.names[0], ttl);
+	wait_ms = wait_timeout_ms(fcinfo, 2);
+	xact_scope = xact_scope_arg(fcinfo, 3, false);
+	InitMaterializedSRF(fcinfo, 0);
+
+	etcd_lock_set_take(&set, ttl, wait_ms, xact_scope, false,
+					   lock_many_rows, fcinfo);
+	return (Datum) 0;
 }
 
 /*
