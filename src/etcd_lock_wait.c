@@ -29,7 +29,10 @@
  * older.  A waiter whose lease expired while it waited thus never gets a
  * token (etcd 3.4's lock service answered "locked" then).
  *
- * The wait keeps our lease alive every third of its TTL.  When a
+ * The wait keeps our lease alive every third of its TTL, and after each
+ * renewal reads the queue again: no watch of ours reports our own key
+ * deleted by someone else, nor a watch whose member silently stopped
+ * delivering.  When a
  * keepalive to the member the watch is on fails, that member may hang or
  * be cut off, and would never deliver the delete: the watch is dropped
  * and set up again through the next endpoint.  Our key stays, so the
@@ -55,6 +58,7 @@ typedef enum WatchNews
 {
 	WATCH_NOTHING,				/* nothing new */
 	WATCH_CREATED,				/* etcd confirmed the watch */
+	WATCH_RECHECK,				/* time to read the queue again */
 	WATCH_DELETED,				/* the predecessor was deleted */
 	WATCH_FAILED				/* the stream ended or reported an error */
 } WatchNews;
@@ -75,6 +79,7 @@ typedef struct LockWait
 	bool		created;		/* etcd confirmed the watch */
 	const char *watch_error;	/* why the last watch failed */
 	bool		watch_malformed;	/* ... because of a malformed reply */
+	bool		recheck;		/* read the queue again (after a renewal) */
 	EtcdHttpReq *ka_req;		/* keepalive in flight */
 	const char *ka_ep;			/* endpoint of ka_req */
 	TimestampTz ka_sent_at;		/* when ka_req was sent */
@@ -337,13 +342,18 @@ watch_news(LockWait *w, WatchNews news)
 		case WATCH_NOTHING:
 			break;
 		case WATCH_CREATED:
+		case WATCH_RECHECK:
 
 			/*
 			 * Deletes from now on will be delivered; one that came before
 			 * would not.  Look again: keys below ours only ever go away,
 			 * so the predecessor is the same, an older one, or none.
+			 * Looking again after each renewal also catches our own key
+			 * deleted by someone else, which no watch of ours reports.
 			 */
-			etcd_retry_init(&w->retry, etcd_request_timeout_ms, true);
+			if (news == WATCH_CREATED)
+				etcd_retry_init(&w->retry, etcd_request_timeout_ms, true);
+			w->recheck = false;
 			pred = find_predecessor(w);
 			if (pred != NULL && strcmp(pred, w->pred) == 0)
 				break;
@@ -399,7 +409,10 @@ wait_keepalive(LockWait *w)
 		elog(DEBUG2, "etcd keepalive of lease " INT64_FORMAT " while waiting: TTL " INT64_FORMAT,
 			 w->lease, left);
 		if (left > 0)
+		{
 			etcd_session_lease_renewed(w->lease, w->ka_sent_at);
+			w->recheck = w->created;
+		}
 		else if (w->pred != NULL && w->watch_ep == w->ka_ep &&
 				 etcd_endpoint_count() > 1)
 			forget_predecessor(w);
@@ -539,7 +552,8 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 			if (!watch_predecessor(&w))
 				break;
 		}
-		else if (w.pred != NULL && !watch_news(&w, watch_poll(&w)))
+		else if (w.pred != NULL &&
+				 !watch_news(&w, w.recheck ? WATCH_RECHECK : watch_poll(&w)))
 			break;
 		wait_keepalive(&w);
 		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
