@@ -107,6 +107,18 @@ return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res, bool xact_scope)
 }
 
 /*
+ * Refuse a NULL argument argno, naming it as what.
+ */
+static void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+}
+
+/*
  * The scope argument (argument argno): true for 'transaction', false for
  * 'session'.  Without it (SQL of an older version installed), dflt.
  */
@@ -336,18 +348,9 @@ lockfence_etcd_lock_and_fence_many(PG_FUNCTION_ARGS)
 	long		wait_ms;
 	bool		xact_scope;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("etcd lock name array must not be null")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("fencing resource array must not be null")));
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ttl_seconds must not be null")));
+	require_arg(fcinfo, 0, "etcd lock name array");
+	require_arg(fcinfo, 1, "fencing resource array");
+	require_arg(fcinfo, 2, "ttl_seconds");
 	ttl = PG_GETARG_INT32(2);
 	lf.n = etcd_fenced_resources_of_arrays(PG_GETARG_ARRAYTYPE_P(0),
 										   PG_GETARG_ARRAYTYPE_P(1),
@@ -408,14 +411,8 @@ lockfence_etcd_lock_many(PG_FUNCTION_ARGS)
 	long		wait_ms;
 	bool		xact_scope;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("etcd lock name array must not be null")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ttl_seconds must not be null")));
+	require_arg(fcinfo, 0, "etcd lock name array");
+	require_arg(fcinfo, 1, "ttl_seconds");
 	ttl = PG_GETARG_INT32(1);
 	etcd_lock_set_of_array(&set, PG_GETARG_ARRAYTYPE_P(0));
 	/* the names are valid by now: this checks ttl_seconds */
