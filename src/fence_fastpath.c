@@ -126,8 +126,7 @@ fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 /* The fence table, opened by fence_fastpath_find, and the row version found. */
 typedef struct FastpathRow
 {
-	Relation	rel;
-	LOCKMODE	lockmode;		/* on rel, kept until the transaction ends */
+	Relation	rel;			/* its lock is kept until the transaction ends */
 	Oid			indexid;		/* its primary key */
 	AttrNumber	lease_attnum;	/* lease_expires_at (1.2 on), or invalid */
 	Snapshot	snapshot;
@@ -157,7 +156,6 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 		return false;
 
 	fr->rel = table_open(relid, lockmode);
-	fr->lockmode = lockmode;
 	fr->indexid = lf_primary_key_index(fr->rel);
 	if (!OidIsValid(fr->indexid) ||
 		TupleDescAttr(RelationGetDescr(fr->rel), Anum_fences_token - 1)->atttypid != INT8OID)
