@@ -38,6 +38,8 @@ SELECT lockfence.fence('same', (SELECT token FROM lockfence.lease_acquire('same'
 SELECT lockfence.lease_renew('same', 1) > clock_timestamp() AS renewed,
        lockfence.fence('same', 1, 'a');
 SELECT lockfence.lease_release('same', 1), lockfence.fence('same', 1, 'a');
+-- (that error rolled the release back)
+SELECT lockfence.lease_release('same', 1);
 SELECT lockfence.fence('same', (SELECT token FROM lockfence.lease_acquire('same', '1 minute', 'a')), 'a');
 
 -- A table changed by its owner is updated by the statements: another
@@ -70,5 +72,19 @@ SELECT token FROM lockfence.lease_acquire('indexed', '1 minute', 'audited');
 SELECT lockfence.lease_renew('indexed', 3) > clock_timestamp() AS renewed;
 DROP TRIGGER fences_audit ON lockfence.fences;
 DROP FUNCTION fences_audit();
+
+-- An UPDATE of a table that publishes updates needs a replica identity:
+-- the same error without the statement.
+SET lockfence.allow_publish_fences = on;
+SET client_min_messages = error;
+CREATE PUBLICATION fences_pub FOR TABLE lockfence.fences;
+RESET client_min_messages;
+ALTER TABLE lockfence.fences REPLICA IDENTITY NOTHING;
+SELECT lockfence.lease_release('indexed', 3);
+SELECT lockfence.lease_renew('indexed', 3) > clock_timestamp() AS renewed;
+ALTER TABLE lockfence.fences REPLICA IDENTITY DEFAULT;
+SELECT lockfence.lease_release('indexed', 3);
+DROP PUBLICATION fences_pub;
+RESET lockfence.allow_publish_fences;
 
 DROP EXTENSION lockfence;
