@@ -20,6 +20,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/tableam.h"
 #include "common/base64.h"
 #include "common/jsonapi.h"
 #include "storage/latch.h"
@@ -102,6 +103,32 @@
 #define lf_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
 #endif
+
+/*
+ * Update a row version with the new one in slot, waiting for lockers; sets
+ * *update_index when every index needs an entry for the new version (not a
+ * HOT update).  16 replaced the bool with TU_UpdateIndexes, whose
+ * TU_Summarizing concerns only summarizing indexes (BRIN).
+ */
+static inline TM_Result
+lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
+					  CommandId cid, Snapshot snapshot, TM_FailureData *tmfd,
+					  bool *update_index)
+{
+	LockTupleMode lockmode;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+	TM_Result	result;
+
+	result = table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot,
+								true, tmfd, &lockmode, &update_indexes);
+	*update_index = update_indexes == TU_All;
+	return result;
+#else
+	return table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot,
+							  true, tmfd, &lockmode, update_index);
+#endif
+}
 
 /*
  * A GUC check hook's extra data is freed by the GUC machinery: with free()

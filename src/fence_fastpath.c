@@ -24,6 +24,17 @@
  * its snapshot saw was updated since, and keeps that lock when the newer
  * token fails its WHERE clause.
  *
+ * Leases (lease_fastpath.c) go one step further: an uncontended grant,
+ * renewal or release locks the version it judged the same way and then
+ * writes the new version itself (fence_fastpath_update).  Through SPI the
+ * UPDATE statement cost more than the rest of the call: the executor
+ * prepares the table's CHECK constraints anew for every statement, and the
+ * statement re-checks under a lock what the caller had already read.  Here
+ * the row is read once, locked without waiting, and updated; a lease's new
+ * version satisfies the table's own constraints by construction.  Only a
+ * table exactly as the install scripts make it is updated this way (see
+ * fence_fastpath_plain_table); anything else is left to SPI.
+ *
  * IDENTIFICATION
  *	  src/fence_fastpath.c
  *
@@ -35,12 +46,16 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "nodes/lockoptions.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -53,7 +68,11 @@
 /* Attribute numbers of lockfence.fences, as created by the install scripts. */
 #define Anum_fences_resource	1
 #define Anum_fences_token		2
+#define Anum_fences_accepted_at 3
 #define Anum_fences_holder		4
+
+/* CHECK constraints of lockfence.fences, as created by the install scripts. */
+#define FENCES_NUM_CHECKS		2
 
 /*
  * Is the row's token a lease token whose lease expired or was released?
@@ -104,6 +123,99 @@ fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 		!fence_fastpath_lease_over(slot, lease_attnum);
 }
 
+/* The fence table, opened by fence_fastpath_find, and the row version found. */
+typedef struct FastpathRow
+{
+	Relation	rel;			/* its lock is kept until the transaction ends */
+	Oid			indexid;		/* its primary key */
+	AttrNumber	lease_attnum;	/* lease_expires_at (1.2 on), or invalid */
+	Snapshot	snapshot;
+	TupleTableSlot *slot;		/* the version the snapshot sees */
+} FastpathRow;
+
+/*
+ * Open lockfence.fences in lockmode and find, through its primary key, the
+ * version of resource's row that a fresh snapshot sees.  Returns true with
+ * *fr filled (close it with fence_fastpath_close), or false, having left
+ * nothing open, when there is no such row or table: the SPI path then
+ * handles or reports it.
+ */
+static bool
+fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
+{
+	Oid			nspid;
+	Oid			relid;
+	Relation	index;
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	nspid = get_namespace_oid("lockfence", true);
+	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
+	if (!OidIsValid(relid))
+		return false;
+
+	fr->rel = table_open(relid, lockmode);
+	fr->indexid = lf_primary_key_index(fr->rel);
+	if (!OidIsValid(fr->indexid) ||
+		TupleDescAttr(RelationGetDescr(fr->rel), Anum_fences_token - 1)->atttypid != INT8OID)
+	{
+		table_close(fr->rel, lockmode);
+		return false;
+	}
+	index = index_open(fr->indexid, AccessShareLock);
+	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
+	fr->lease_attnum = get_attnum(relid, "lease_expires_at");
+
+	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
+	fr->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(resource));
+	key.sk_collation = index->rd_indcollation[0];
+
+	/* The slot keeps its own pin on the version found. */
+	fr->slot = table_slot_create(fr->rel, NULL);
+	scan = lf_index_beginscan(fr->rel, index, fr->snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, fr->slot);
+	index_endscan(scan);
+	index_close(index, AccessShareLock);
+
+	if (!found)
+	{
+		ExecDropSingleTupleTableSlot(fr->slot);
+		UnregisterSnapshot(fr->snapshot);
+		table_close(fr->rel, NoLock);
+	}
+	return found;
+}
+
+static void
+fence_fastpath_close(FastpathRow *fr)
+{
+	ExecDropSingleTupleTableSlot(fr->slot);
+	UnregisterSnapshot(fr->snapshot);
+	table_close(fr->rel, NoLock);	/* keep the table lock, like a statement */
+}
+
+/*
+ * Lock the version found, and only it: no waiting, and no following an
+ * update chain to a version the caller has not judged.  Returns false,
+ * having locked nothing, when another transaction holds a conflicting lock
+ * or the version was updated since the snapshot.
+ */
+static bool
+fence_fastpath_lock_found(FastpathRow *fr, LockTupleMode mode)
+{
+	ItemPointerData tid = fr->slot->tts_tid;
+	TM_FailureData tmfd;
+
+	return table_tuple_lock(fr->rel, &tid, fr->snapshot, fr->slot,
+							GetCurrentCommandId(true), mode, LockWaitSkip, 0,
+							&tmfd) == TM_Ok;
+}
+
 /*
  * Lock the fence row of resource in the mode want calls for, if the version
  * our snapshot sees gives what want asks and nobody holds a conflicting
@@ -114,83 +226,27 @@ static bool
 fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
 					const char *holder, FenceOutcome *outcome)
 {
-	Oid			nspid;
-	Oid			relid;
-	Oid			indexid;
-	Relation	rel;
-	Relation	index;
-	Snapshot	snapshot;
-	IndexScanDesc scan;
-	ScanKeyData key;
-	TupleTableSlot *slot;
+	FastpathRow fr;
+	int64		recorded;
+	char	   *recorded_holder = NULL;
 	bool		accepted = false;
-	AttrNumber	lease_attnum;
-	LockTupleMode mode = want == FASTPATH_SHARE_EQUAL ?
-		LockTupleShare : LockTupleNoKeyExclusive;
-
-	nspid = get_namespace_oid("lockfence", true);
-	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
-	if (!OidIsValid(relid))
-		return false;			/* let the SPI path report it */
 
 	/* The lock SELECT ... FOR SHARE (or FOR NO KEY UPDATE) would take. */
-	rel = table_open(relid, RowShareLock);
-	indexid = lf_primary_key_index(rel);
-	if (!OidIsValid(indexid) ||
-		TupleDescAttr(RelationGetDescr(rel), Anum_fences_token - 1)->atttypid != INT8OID)
-	{
-		table_close(rel, RowShareLock);
+	if (!fence_fastpath_find(resource, RowShareLock, &fr))
 		return false;
-	}
-	index = index_open(indexid, AccessShareLock);
-	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
-	lease_attnum = get_attnum(relid, "lease_expires_at");
 
-	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
-				CStringGetTextDatum(resource));
-	key.sk_collation = index->rd_indcollation[0];
-
-	slot = table_slot_create(rel, NULL);
-	scan = lf_index_beginscan(rel, index, snapshot, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	if (fence_fastpath_judge(want, fr.slot, fr.lease_attnum, token, holder,
+							 &recorded, &recorded_holder) &&
+		fence_fastpath_lock_found(&fr, want == FASTPATH_SHARE_EQUAL ?
+								  LockTupleShare : LockTupleNoKeyExclusive))
 	{
-		int64		recorded;
-		char	   *recorded_holder = NULL;
-
-		if (fence_fastpath_judge(want, slot, lease_attnum, token, holder,
-								 &recorded, &recorded_holder))
-		{
-			ItemPointerData tid = slot->tts_tid;
-			TM_FailureData tmfd;
-			TM_Result	result;
-
-			/*
-			 * Lock the version just judged, and only it: no waiting, and no
-			 * following an update chain to a version we have not judged.
-			 */
-			result = table_tuple_lock(rel, &tid, snapshot, slot,
-									  GetCurrentCommandId(true),
-									  mode, LockWaitSkip, 0, &tmfd);
-			if (result == TM_Ok)
-			{
-				accepted = true;
-				outcome->verdict = FENCE_ACCEPTED;
-				outcome->highest = recorded;
-				outcome->highest_holder = recorded_holder;
-			}
-		}
+		accepted = true;
+		outcome->verdict = FENCE_ACCEPTED;
+		outcome->highest = recorded;
+		outcome->highest_holder = recorded_holder;
 	}
 
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snapshot);
-	index_close(index, AccessShareLock);
-	table_close(rel, NoLock);	/* keep the table lock, like a statement */
+	fence_fastpath_close(&fr);
 	return accepted;
 }
 
@@ -221,4 +277,153 @@ fence_fastpath_lock_lower(const char *resource, int64 token)
 
 	return fence_fastpath_lock(FASTPATH_LOCK_LOWER, resource, token, NULL,
 							   &outcome);
+}
+
+/*
+ * Would an UPDATE statement of the fence table do anything besides writing
+ * the new row version and, unless it is a HOT update, its primary key
+ * entry?  Not for the table as the install scripts make it: no trigger,
+ * rule, forced row security or generated column, no index but the primary
+ * key, and no CHECK constraint but its own (the caller's new version keeps
+ * the resource and a non-negative token, so they hold).  An UPDATE of a
+ * published table also needs a replica identity: checked as the executor
+ * does.
+ */
+static bool
+fence_fastpath_plain_table(FastpathRow *fr)
+{
+	Relation	rel = fr->rel;
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	List	   *indexes;
+	bool		plain;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
+		rel->rd_rel->relhasrules || rel->rd_rel->relforcerowsecurity ||
+		fr->lease_attnum == InvalidAttrNumber)
+		return false;
+	if (constr != NULL &&
+		(constr->num_check > FENCES_NUM_CHECKS || constr->has_generated_stored))
+		return false;
+	indexes = RelationGetIndexList(rel);
+	plain = list_length(indexes) == 1 && linitial_oid(indexes) == fr->indexid;
+	list_free(indexes);
+	if (plain)
+		CheckCmdReplicaIdentity(rel, CMD_UPDATE);
+	return plain;
+}
+
+/* Read the version found into *row. */
+static void
+fence_fastpath_read_row(FastpathRow *fr, AttrNumber ttl_attnum, FenceRow *row)
+{
+	TupleTableSlot *slot = fr->slot;
+	bool		isnull;
+	Datum		d;
+
+	row->token = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
+	row->accepted_at =
+		DatumGetTimestampTz(slot_getattr(slot, Anum_fences_accepted_at, &isnull));
+	d = slot_getattr(slot, Anum_fences_holder, &isnull);
+	row->holder = isnull ? NULL : TextDatumGetCString(d);
+	d = slot_getattr(slot, fr->lease_attnum, &isnull);
+	row->leased = !isnull;
+	row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+	d = slot_getattr(slot, ttl_attnum, &isnull);
+	row->lease_ttl = isnull ? NULL :
+		DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
+}
+
+/* Add the primary key entry of a new version that is not a HOT update. */
+static void
+fence_fastpath_index_insert(FastpathRow *fr, TupleTableSlot *newslot)
+{
+	Relation	index = index_open(fr->indexid, RowExclusiveLock);
+	bool		isnull = false;
+
+	/* indexUnchanged: the key is the old one, a hint for btree's cleanup */
+	index_insert(index, &newslot->tts_values[Anum_fences_resource - 1],
+				 &isnull, &newslot->tts_tid, fr->rel, UNIQUE_CHECK_YES, true,
+				 BuildIndexInfo(index));
+	index_close(index, NoLock);
+}
+
+/*
+ * Replace the version found, locked by the caller, with newrow.  The
+ * caller's lock means the update cannot wait nor find the row changed.
+ */
+static void
+fence_fastpath_write_row(FastpathRow *fr, AttrNumber ttl_attnum,
+						 const FenceRow *newrow)
+{
+	TupleDesc	desc = RelationGetDescr(fr->rel);
+	TupleTableSlot *newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	TM_FailureData tmfd;
+	bool		update_index;
+
+	/* Every column as it was (the resource included), then the new values. */
+	slot_getallattrs(fr->slot);
+	memcpy(newslot->tts_values, fr->slot->tts_values, desc->natts * sizeof(Datum));
+	memcpy(newslot->tts_isnull, fr->slot->tts_isnull, desc->natts * sizeof(bool));
+	newslot->tts_values[Anum_fences_token - 1] = Int64GetDatum(newrow->token);
+	newslot->tts_values[Anum_fences_accepted_at - 1] =
+		TimestampTzGetDatum(newrow->accepted_at);
+	newslot->tts_isnull[Anum_fences_holder - 1] = newrow->holder == NULL;
+	newslot->tts_values[Anum_fences_holder - 1] =
+		newrow->holder ? CStringGetTextDatum(newrow->holder) : (Datum) 0;
+	newslot->tts_isnull[fr->lease_attnum - 1] = !newrow->leased;
+	newslot->tts_values[fr->lease_attnum - 1] =
+		newrow->leased ? TimestampTzGetDatum(newrow->lease_expires_at) : (Datum) 0;
+	newslot->tts_isnull[ttl_attnum - 1] = newrow->lease_ttl == NULL;
+	newslot->tts_values[ttl_attnum - 1] = PointerGetDatum(newrow->lease_ttl);
+	ExecStoreVirtualTuple(newslot);
+
+	if (lf_table_tuple_update(fr->rel, &fr->slot->tts_tid, newslot,
+							  GetCurrentCommandId(true), fr->snapshot, &tmfd,
+							  &update_index) != TM_Ok)
+		elog(ERROR, "locked fence row changed");
+	if (update_index)
+		fence_fastpath_index_insert(fr, newslot);
+	ExecDropSingleTupleTableSlot(newslot);
+}
+
+/*
+ * Update the fence row of resource as edit decides from the version our
+ * snapshot sees, if nobody holds a conflicting lock on it and it has not
+ * been updated since.  Returns true with the row as found in *row and as
+ * written in *newrow (locked until the transaction, or the current
+ * subtransaction, ends), or false having changed and locked nothing: no
+ * row, edit declined, the row locked or changed, or a table the install
+ * scripts did not make so.  The caller then takes the SPI path, which
+ * waits, re-checks and reports.
+ */
+bool
+fence_fastpath_update(const char *resource, FenceRowEdit edit, void *arg,
+					  FenceRow *row, FenceRow *newrow)
+{
+	FastpathRow fr;
+	AttrNumber	ttl_attnum;
+	bool		updated = false;
+
+	/* The table lock an UPDATE statement takes. */
+	if (!fence_fastpath_find(resource, RowExclusiveLock, &fr))
+		return false;
+
+	ttl_attnum = get_attnum(RelationGetRelid(fr.rel), "lease_ttl");
+	if (ttl_attnum != InvalidAttrNumber && fence_fastpath_plain_table(&fr))
+	{
+		fence_fastpath_read_row(&fr, ttl_attnum, row);
+		*newrow = *row;
+		if (edit(row, newrow, arg) &&
+			fence_fastpath_lock_found(&fr, LockTupleNoKeyExclusive))
+		{
+			fence_fastpath_write_row(&fr, ttl_attnum, newrow);
+			updated = true;
+		}
+	}
+	fence_fastpath_close(&fr);
+
+	/* Like SPI after a statement: the rest of ours sees the new version. */
+	if (updated)
+		CommandCounterIncrement();
+	return updated;
 }

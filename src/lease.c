@@ -28,6 +28,12 @@
  * The clock is the server's (clock_timestamp()); it decides only when a
  * lease is free, never whether two holders' writes may interleave.
  *
+ * An uncontended grant, renewal or release (the lease free, or held with
+ * the token; nobody holding the row; the row unchanged since our snapshot)
+ * is written without any statement (lease_fastpath.c): that is the common
+ * case, and the one whose cost matters.  Everything else runs the
+ * statements below, which wait, re-check and tell why an operation failed.
+ *
  * Every statement that locks the fence row runs in an internal
  * subtransaction rolled back when it comes back empty: a locking statement
  * that meets a version newer than its snapshot locks that version before
@@ -310,19 +316,29 @@ lease_update_sub(LeaseStatement stmt, const char *name, int64 token,
 	return lockfence_run_in_subxact(lease_update_step, &step);
 }
 
+/* The lease columns of a fence row written by lease_fastpath.c. */
+static void
+lease_row_from(const FenceRow *f, LeaseRow *row)
+{
+	row->token = f->token;
+	row->leased = f->leased;
+	row->expires_at = f->lease_expires_at;
+	row->accepted_at = f->accepted_at;
+}
+
 /*
- * One attempt to take name.  Without wait, a free lease whose row is
- * locked is reported LOCKED rather than waited for.  A held lease is
- * reported HELD with its row in *row (for its expiry).  Only lease_grant
- * locks the row, so a failed attempt leaves no lock behind.
+ * One attempt to take name through the statements, when the fast path
+ * could not.  Without wait, a free lease whose row is locked is reported
+ * LOCKED rather than waited for.  A held lease is reported HELD with its
+ * row in *row (for its expiry).  Only lease_grant locks the row, so a
+ * failed attempt leaves no lock behind.  *prev is the row before a grant.
  */
 static LeaseAttempt
-lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
-			  TimestampTz deadline, LeaseRow *row)
+lease_attempt_spi(const char *name, const char *holder, Datum ttl, bool wait,
+				  TimestampTz deadline, LeaseRow *prev, LeaseRow *row)
 {
 	FenceStoreState state;
 	LeaseAttempt result;
-	LeaseRow	prev = {0};
 
 	fence_store_enter(&state);
 	for (;;)
@@ -332,7 +348,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		if (lease_execute(LEASE_READ, name, 0, holder, ttl, false, row) != 1)
 		{
 			/* A new name; a concurrent first grant makes us look again. */
-			prev.leased = false;
+			prev->leased = false;
 			if (lease_execute(LEASE_INSERT, name, 0, holder, ttl, false, row) == 1)
 			{
 				result = LEASE_ATTEMPT_GRANTED;
@@ -340,7 +356,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 			}
 			continue;
 		}
-		prev = *row;
+		*prev = *row;
 
 		if (row->leased && row->expires_at > GetCurrentTimestamp())
 		{
@@ -349,7 +365,7 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		}
 
 		/* Free as far as our snapshot sees. */
-		if (lease_grant(name, holder, ttl, wait, deadline, &prev, row))
+		if (lease_grant(name, holder, ttl, wait, deadline, prev, row))
 		{
 			result = LEASE_ATTEMPT_GRANTED;
 			break;
@@ -362,6 +378,32 @@ lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
 		}
 	}
 	fence_store_leave(&state);
+	return result;
+}
+
+/*
+ * One attempt to take name: without SPI when the lease is free and its row
+ * uncontended (the common case), else through the statements.
+ */
+static LeaseAttempt
+lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
+			  TimestampTz deadline, LeaseRow *row)
+{
+	LeaseAttempt result;
+	LeaseRow	prev = {0};
+	FenceRow	fprev;
+	FenceRow	frow;
+
+	if (lease_fastpath_grant(name, holder, DatumGetIntervalP(ttl), &fprev,
+							 &frow))
+	{
+		lease_row_from(&fprev, &prev);
+		lease_row_from(&frow, row);
+		result = LEASE_ATTEMPT_GRANTED;
+	}
+	else
+		result = lease_attempt_spi(name, holder, ttl, wait, deadline, &prev,
+								   row);
 
 	/* The grant ended an expired lease (a released one was counted). */
 	if (result == LEASE_ATTEMPT_GRANTED && prev.leased &&
@@ -596,22 +638,26 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	int64		token;
+	Interval   *ttl = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
 	FenceStoreState state;
 	LeaseRow	row;
+	FenceRow	frow;
 	bool		renewed;
 	bool		found = false;
 
 	lease_token_args(fcinfo, &name, &token);
-	if (!PG_ARGISNULL(2) &&
-		interval_usecs(PG_GETARG_INTERVAL_P(2)) <= 0)
+	if (ttl != NULL && interval_usecs(ttl) <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease ttl must be positive")));
 
+	if (lease_fastpath_renew(name, token, ttl, &frow))
+		PG_RETURN_TIMESTAMPTZ(frow.lease_expires_at);
+
+	/* Contended, or not renewable: wait, re-check, tell why. */
 	fence_store_enter(&state);
 	renewed = lease_update_sub(LEASE_RENEW, name, token,
-							   PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2),
-							   PG_ARGISNULL(2), &row);
+							   PointerGetDatum(ttl), ttl == NULL, &row);
 	if (!renewed)
 		found = lease_execute(LEASE_READ, name, 0, NULL, (Datum) 0, true,
 							  &row) == 1;
@@ -637,13 +683,21 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	FenceStoreState state;
 	bool		released;
 	LeaseRow	row;
+	FenceRow	frow;
 
 	lease_token_args(fcinfo, &name, &token);
 
-	fence_store_enter(&state);
-	released = lease_update_sub(LEASE_RELEASE, name, token, (Datum) 0, true,
-								&row);
-	fence_store_leave(&state);
+	released = lease_fastpath_release(name, token, &frow);
+	if (released)
+		lease_row_from(&frow, &row);
+	else
+	{
+		/* Contended, or not held: wait for the row and re-check. */
+		fence_store_enter(&state);
+		released = lease_update_sub(LEASE_RELEASE, name, token, (Datum) 0,
+									true, &row);
+		fence_store_leave(&state);
+	}
 
 	if (released)
 	{

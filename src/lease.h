@@ -11,6 +11,8 @@
 #ifndef LOCKFENCE_LEASE_H
 #define LOCKFENCE_LEASE_H
 
+#include "lockfence.h"
+
 /*
  * Without shared_preload_libraries, a waiter looks at the lease this often
  * (documented in docs/leases.md).
@@ -22,6 +24,14 @@
  * by COMMIT PREPARED is not announced.
  */
 #define LEASE_MAX_SLEEP_MS		1000
+
+/* lease_fastpath.c: uncontended operations without SPI */
+extern bool lease_fastpath_grant(const char *name, const char *holder,
+								 Interval *ttl, FenceRow *prev, FenceRow *row);
+extern bool lease_fastpath_renew(const char *name, int64 token, Interval *ttl,
+								 FenceRow *row);
+extern bool lease_fastpath_release(const char *name, int64 token,
+								   FenceRow *row);
 
 /* lease_wait.c */
 extern bool lease_wait_announced(void);

@@ -91,11 +91,35 @@ extern void fence_store_leave(FenceStoreState *state);
 /* subxact.c: a step whose row locks are kept only when it succeeds */
 extern bool lockfence_run_in_subxact(bool (*step) (void *arg), void *arg);
 
-/* fence_fastpath.c: an equal, uncontended token without SPI */
+/*
+ * A fence row's columns as fence_fastpath_update reads and writes them (the
+ * resource never changes).  Pointers are palloc'd copies.
+ */
+typedef struct FenceRow
+{
+	int64		token;
+	TimestampTz accepted_at;
+	char	   *holder;			/* NULL: none */
+	bool		leased;			/* lease_expires_at is not NULL */
+	TimestampTz lease_expires_at;	/* if leased (-infinity: released) */
+	Interval   *lease_ttl;		/* NULL: none */
+} FenceRow;
+
+/*
+ * Decide from a fence row as found whether to update it: fill *newrow (a
+ * copy of *row on entry) and return true, or return false to leave the row
+ * alone.
+ */
+typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
+							  void *arg);
+
+/* fence_fastpath.c: uncontended fence rows without SPI */
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
 									   FenceOutcome *outcome);
 extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
+extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
+								  void *arg, FenceRow *row, FenceRow *newrow);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
