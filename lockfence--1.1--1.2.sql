@@ -787,7 +787,7 @@ BEGIN
         OR EXISTS (SELECT FROM pg_catalog.pg_proc p,
                                LATERAL pg_catalog.aclexplode(p.proacl) a
                     WHERE p.pronamespace = 'lockfence'::pg_catalog.regnamespace
-                      AND p.proname IN ('etcd_lock', 'etcd_try_lock', 'etcd_lock_and_fence', 'etcd_lock_many')
+                      AND p.proname IN ('etcd_lock', 'etcd_try_lock', 'etcd_lock_and_fence')
                       AND a.grantee <> p.proowner)) THEN
         IF NOT pg_catalog.has_function_privilege('lockfence.etcd_status(integer)', 'EXECUTE') THEN
             RETURN QUERY SELECT 'info', 'etcd_not_probed',
@@ -1055,39 +1055,3 @@ COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval,
 REVOKE ALL ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_try_lock(text, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text, text, integer, interval, text) FROM PUBLIC;
-
--- etcd multi-lock (issue 9, item 5)
---
--- Several etcd locks in one call, taken in byte order of their names
--- (duplicates removed), so that overlapping sets requested in any order
--- cannot deadlock; all or nothing: if any acquisition fails, times out or
--- is cancelled, every lock the call took is released before the error
--- returns.  wait_timeout bounds the whole call.  Like etcd_lock, not
--- executable by PUBLIC.
-CREATE FUNCTION lockfence.etcd_lock_many(names text[], ttl_seconds integer DEFAULT 30,
-                                         wait_timeout interval DEFAULT NULL,
-                                         scope text DEFAULT 'session')
-RETURNS TABLE (name text, key text, lease bigint, token bigint)
-AS 'MODULE_PATHNAME', 'lockfence_etcd_lock_many'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 4;
-
-COMMENT ON FUNCTION lockfence.etcd_lock_many(text[], integer, interval, text) IS
-    'Acquire several etcd locks in byte order, all or nothing; one row per name with its key, lease and fencing token';
-
--- Lock every name, then fence resources[i] with the token of the lock on
--- names[i] (resources in byte order), all or nothing; one row per
--- resource.  Transaction-scoped by default, and every lock is confirmed
--- at commit, like etcd_lock_and_fence(text, text, ...).
-CREATE FUNCTION lockfence.etcd_lock_and_fence(names text[], resources text[],
-                                              ttl_seconds integer DEFAULT 30,
-                                              wait_timeout interval DEFAULT NULL,
-                                              scope text DEFAULT 'transaction')
-RETURNS TABLE (resource text, name text, key text, lease bigint, token bigint)
-AS 'MODULE_PATHNAME', 'lockfence_etcd_lock_and_fence_many'
-LANGUAGE C CALLED ON NULL INPUT VOLATILE PARALLEL UNSAFE ROWS 4;
-
-COMMENT ON FUNCTION lockfence.etcd_lock_and_fence(text[], text[], integer, interval, text) IS
-    'Acquire several etcd locks in byte order and fence each resource with its lock''s token, all or nothing; the locks are transaction-scoped by default';
-
-REVOKE ALL ON FUNCTION lockfence.etcd_lock_many(text[], integer, interval, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lockfence.etcd_lock_and_fence(text[], text[], integer, interval, text) FROM PUBLIC;
