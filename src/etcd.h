@@ -75,6 +75,17 @@
  */
 #define ETCD_PENDING_RELEASE_MS	50
 
+/*
+ * A session lease is renewed every third of its TTL (and at least 200 ms
+ * apart), as etcd's concurrency.Session keeps its lease alive: while a
+ * call waits, and by a lock call that finds the last renewal that old.
+ */
+static inline long
+etcd_renewal_interval_ms(int ttl)
+{
+	return Max(200L, (long) ttl * 1000 / 3);
+}
+
 /* etcd_guc.c */
 
 /*
@@ -248,6 +259,7 @@ extern void etcd_session_track(int64 lease, int ttl);
 extern void etcd_session_untrack(int64 lease);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
 extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
+extern bool etcd_session_renewal_due(int64 lease, int ttl);
 extern void etcd_session_lease_lost(int64 lease, const char *what,
 									bool revoke);
 extern void etcd_session_retire(int64 lease);
@@ -302,8 +314,7 @@ pg_noreturn extern void etcd_report_lock_lost(const char *name,
 
 /* etcd_lock_wait.c */
 extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
-						   int64 my_rev, int ttl, long wait_ms,
-						   bool renew_now);
+						   int64 my_rev, int ttl, long wait_ms);
 
 /* etcd_lock_many.c: several locks at once, in byte order of their names */
 

@@ -254,10 +254,10 @@ etcd_lock_check_args(const char *name, int ttl)
 }
 
 /*
- * A session lease used before is renewed by every lock call (the renewal
- * rule, etcd_session.c).  The keepalive is sent alongside the lock
- * request, not before it, so that renewing costs no round trip of its
- * own; LockRenewal tracks it.
+ * A lock call renews a session lease used before once a third of its TTL
+ * has passed since its last renewal (the renewal rule, etcd_session.c).
+ * The keepalive is sent alongside the lock request, not before it, so
+ * that renewing costs no round trip of its own; LockRenewal tracks it.
  */
 typedef struct LockRenewal
 {
@@ -267,11 +267,11 @@ typedef struct LockRenewal
 } LockRenewal;
 
 static void
-start_renewal(LockRenewal *r, int64 lease, bool fresh)
+start_renewal(LockRenewal *r, int64 lease, bool fresh, int ttl)
 {
 	r->req = NULL;
 	r->lease = lease;
-	if (fresh)
+	if (fresh || !etcd_session_renewal_due(lease, ttl))
 		return;
 	r->sent_at = GetCurrentTimestamp();
 	r->req = etcd_lease_keepalive_start(lease, etcd_request_timeout_ms);
@@ -403,7 +403,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		fresh = true;
 	}
 
-	start_renewal(&renewal, session_lease, session_fresh);
+	start_renewal(&renewal, session_lease, session_fresh, ttl);
 
 	PG_TRY();
 	{
@@ -421,8 +421,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		}
 		else if (!try_only)
 		{
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms,
-						   false);
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms);
 			got = true;
 			res->token = my_rev;
 		}

@@ -512,14 +512,14 @@ renew_if_due(LockWait *w)
  * Wait until our key (created at my_rev under lease, whose TTL is ttl) is
  * the holder: it exists and no key under "<name>/" is older, as one
  * linearizable read found on return.  Keeps the lease alive every
- * third of its TTL (and at once if renew_now).  wait_ms < 0 waits
+ * third of its TTL, counted from its last renewal.  wait_ms < 0 waits
  * forever.  Raises LF003 when our key or lease goes away, 55P03 when
  * wait_ms passes.  The requests in flight are released by
  * etcd_http_abort_all() in the caller's error cleanup, or here.
  */
 void
 etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
-			   int ttl, long wait_ms, bool renew_now)
+			   int ttl, long wait_ms)
 {
 	LockWait	w;
 	TimestampTz now = GetCurrentTimestamp();
@@ -532,9 +532,10 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	w.lease = lease;
 	w.my_rev = my_rev;
 	w.cxt = CurrentMemoryContext;
-	w.ka_interval_ms = Max(200L, (long) ttl * 1000 / 3);
-	w.next_ka = renew_now ? now :
-		TimestampTzPlusMilliseconds(now, w.ka_interval_ms);
+	w.ka_interval_ms = etcd_renewal_interval_ms(ttl);
+	/* the lock call renewed the lease only if due: keep to its schedule */
+	w.next_ka = TimestampTzPlusMilliseconds(etcd_session_lease_renewed_at(lease),
+											w.ka_interval_ms);
 	if (wait_ms >= 0)
 		w.deadline = TimestampTzPlusMilliseconds(now, wait_ms);
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);

@@ -10,14 +10,19 @@
  * keeps the lease for the next lock.
  *
  * Renewal rule: the session lease of a TTL is renewed (one keepalive)
- * when the backend acquires a lock with that TTL (etcd_lock, etcd_try_lock,
- * etcd_lock_and_fence), every third of the TTL while it waits in
- * etcd_lock, and by etcd_keepalive(lease).  Nothing else renews it: every
- * lock on a session lease lives at least ttl seconds after the last of
- * those calls, and at most ttl seconds after it if none follows, so a
- * client that goes quiet (paused, disconnected behind a pooler, or a
- * backend busy in a long statement) loses its locks after the TTL.  A
- * lease that holds no lock is simply not renewed, so it expires by
+ * every third of the TTL, as concurrency.Session renews its lease: when
+ * the backend acquires a lock with that TTL (etcd_lock, etcd_try_lock,
+ * etcd_lock_many, etcd_lock_and_fence) and the lease was last renewed or
+ * granted a third of the TTL ago or earlier, every third of the TTL while
+ * it waits in etcd_lock, and by every etcd_keepalive(lease).  Nothing
+ * else renews it: every lock on a session lease lives at least two thirds
+ * of the TTL after the last of those calls, and at most the TTL after it
+ * if none follows, so a client that goes quiet (paused, disconnected
+ * behind a pooler, or a backend busy in a long statement) loses its locks
+ * after the TTL.  Renewing on every call instead would cost a client that
+ * takes many short locks a keepalive per lock, to gain at most the last
+ * third of a TTL after a call, which etcd_keepalive gives whoever needs
+ * it.  A lease that holds no lock is simply not renewed, so it expires by
  * itself one TTL after its last use; it is forgotten here then.
  *
  * If a session lease is found gone (a keepalive says so, or it was not
@@ -313,6 +318,19 @@ etcd_session_lease_renewed_at(int64 lease)
 	SessionLease *l = find_lease(lease);
 
 	return l != NULL ? l->renewed_at : 0;
+}
+
+/*
+ * Whether a lock call should renew this session lease of the given TTL:
+ * its last renewal was sent a third of the TTL ago or earlier.
+ */
+bool
+etcd_session_renewal_due(int64 lease, int ttl)
+{
+	TimestampTz renewed_at = etcd_session_lease_renewed_at(lease);
+
+	return GetCurrentTimestamp() >=
+		TimestampTzPlusMilliseconds(renewed_at, etcd_renewal_interval_ms(ttl));
 }
 
 /*

@@ -7,7 +7,8 @@
 #	  psql process stopped with SIGSTOP while the backend sits idle) loses
 #	  its locks after the TTL, the next holder's token is higher, and the
 #	  quiet session learns of every lost lock (LF003 naming each);
-#	  etcd_keepalive renews the session lease.
+#	  etcd_keepalive renews the session lease; lock calls renew it when a
+#	  third of its TTL has passed since its last renewal, and only then.
 
 use strict;
 use warnings;
@@ -91,6 +92,45 @@ ok(defined $etcd->key_info($k7),
 	'a lock whose session lease is kept alive outlives twice its TTL');
 is($s->query_safe("SELECT lockfence.etcd_unlock('$k7')"), 't',
 	'... and is released normally');
+
+# --- lock calls renew the session lease once a third of its TTL has passed --
+
+# The first call renewed (or granted) the TTL-30 lease; the lock calls
+# that follow within a third of its TTL send no keepalive: a client taking
+# many short locks does not pay for a renewal on each.
+my ($k8, $l8) = lock_row($s, "lockfence.etcd_lock('fresh', 30)");
+my $ka_before = $etcd->grpc_calls('LeaseKeepAlive');
+for my $i (1 .. 10)
+{
+	my ($kq) = lock_row($s, "lockfence.etcd_try_lock('quick', 30)");
+	$s->query_safe("SELECT lockfence.etcd_unlock('$kq')");
+}
+is($etcd->grpc_calls('LeaseKeepAlive') - $ka_before, 0,
+	'lock calls within a third of the TTL of the last renewal send no keepalive');
+$s->query_safe("SELECT lockfence.etcd_unlock('$k8')");
+
+# TTL 3: renewals are due every second.  Locks taken and released every
+# 0.3 s for three TTLs keep an older lock on the same lease alive, with at
+# most one keepalive per second, however slowly the calls run.
+my ($k9, $l9) = lock_row($s, "lockfence.etcd_lock('kept-by-calls', 3)");
+$ka_before = $etcd->grpc_calls('LeaseKeepAlive');
+my $calls = 0;
+$t0 = time;
+while (time < $t0 + 9)
+{
+	my ($kq) = lock_row($s, "lockfence.etcd_try_lock('short', 3)");
+	$s->query_safe("SELECT lockfence.etcd_unlock('$kq')");
+	$calls++;
+	usleep(300_000);
+}
+my $elapsed = time - $t0;
+my $renewals = $etcd->grpc_calls('LeaseKeepAlive') - $ka_before;
+ok(defined $etcd->key_info($k9),
+	'a session that keeps taking locks keeps an older lock alive for three TTLs');
+cmp_ok($renewals, '>=', 2, "... renewing the lease ($renewals keepalives in $calls calls)");
+cmp_ok($renewals, '<=', int($elapsed) + 1,
+	sprintf('... at most once per third of the TTL (%.1f s)', $elapsed));
+$s->query_safe("SELECT lockfence.etcd_unlock('$k9')");
 
 # --- a paused client loses its locks after the TTL --------------------------
 

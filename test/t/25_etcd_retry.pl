@@ -21,6 +21,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 use LockfenceTest::EtcdCluster;
 
@@ -66,6 +67,9 @@ for my $t (@transient)
 	$fault->clear;
 	$fault->set(path => $path, mode => 'status', status => 500, times => 1,
 		body => { error => $msg, message => $msg, code => 2 });
+	# A lock call renews its TTL-5 session lease only once a third of the
+	# TTL has passed since the last renewal: let it come due.
+	usleep(1_800_000) if $path eq '/v3/lease/keepalive';
 	my $before = $fault->hits->{faults} // 0;
 	my $r = LockfenceTest::EtcdCluster::sql_try($s,
 		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('$name', 5, '5s')");

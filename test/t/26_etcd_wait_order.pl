@@ -47,7 +47,6 @@
 use strict;
 use warnings;
 
-use HTTP::Tiny;
 use JSON::PP;
 use MIME::Base64;
 use PostgreSQL::Test::Cluster;
@@ -184,24 +183,6 @@ sub still_waits
 		usleep(50_000);
 	}
 	return 1;
-}
-
-# Calls of etcd's lock service (v3lockpb.Lock/Lock) that the members of
-# a cluster served, from their gRPC metrics.  etcdctl lock never calls it
-# (it runs the Mutex protocol itself).
-sub lock_service_calls
-{
-	my ($e) = @_;
-	my $n = 0;
-	for my $url ($e->endpoint_list)
-	{
-		my $r = HTTP::Tiny->new(timeout => 5)->get("$url/metrics");
-		die "GET $url/metrics: $r->{status} $r->{content}" unless $r->{success};
-		$n += $1
-		  while $r->{content} =~
-		  /^grpc_server_started_total\{(?=[^}]*grpc_method="Lock")(?=[^}]*grpc_service="v3lockpb\.Lock")[^}]*\}\s+(\d+)/mg;
-	}
-	return $n;
 }
 
 sub touch
@@ -364,7 +345,8 @@ sub touch
 	$p{$_}{s}->quit for qw(A C);
 
 	# A and C waited: with the lock service, etcd counted their calls.
-	my $calls = lock_service_calls($etcd);
+	# (etcdctl lock never calls it: it runs the Mutex protocol itself.)
+	my $calls = $etcd->grpc_calls('Lock');
 	$via_lock_service = $calls > 0;
 	note "lockfence waits through etcd's lock service: "
 	  . ($via_lock_service ? "yes ($calls calls)" : 'no');

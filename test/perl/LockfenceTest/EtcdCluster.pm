@@ -52,6 +52,7 @@ use Carp;
 use File::Path ();
 use File::Spec;
 use File::Temp ();
+use HTTP::Tiny;
 use Test::More ();
 use IO::Socket::INET;
 use IPC::Run ();
@@ -475,6 +476,32 @@ sub key_info
 	my %info = (create_revision => $1);
 	$info{lease} = $1 if $out =~ /"Lease"\s*:\s*(\d+)/;
 	return \%info;
+}
+
+=pod
+
+=item grpc_calls(method)
+
+How many gRPC calls of method (Range, Txn, LeaseKeepAlive, Lock...) the
+members have started so far, from their metrics (etcd counts the JSON
+gateway's requests too).  Plain-http clusters only.
+
+=cut
+
+sub grpc_calls
+{
+	my ($self, $method) = @_;
+	my $n = 0;
+	croak 'grpc_calls reads metrics over plain http only' if $self->{tls};
+	for my $url ($self->endpoint_list)
+	{
+		my $r = HTTP::Tiny->new(timeout => 5)->get("$url/metrics");
+		croak "GET $url/metrics: $r->{status} $r->{content}" unless $r->{success};
+		$n += $1
+		  while $r->{content} =~
+		  /^grpc_server_started_total\{(?=[^}]*grpc_method="\Q$method\E")[^}]*\}\s+(\d+)/mg;
+	}
+	return $n;
 }
 
 =pod
