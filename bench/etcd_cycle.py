@@ -6,10 +6,14 @@ holders (one process each) loop on ONE lock name, for each holder count
 given (default 1 and 8).  A cycle is timed from the start of the acquire
 to the end of the release.  The clients (issue 9, item 3):
 
-  lockfence      (a) one PostgreSQL session per holder (psycopg,
-                 autocommit):
+  lockfence      (a) one PostgreSQL session per holder, driven from C
+                 (etcd_floor.c, mode sql: libpq, prepared statements,
+                 autocommit), so that the figure is lockfence's and not a
+                 driver's, as the floors are C too:
                    SELECT key, token FROM lockfence.etcd_lock(name, ttl)
                    SELECT lockfence.etcd_unlock(key)
+  lockfence-py   (a) the same two statements from Python (psycopg 3,
+                 autocommit), what a Python application pays on top
   lease-floor    (b) C (etcd_floor.c, mode lease): a lease per cycle and
                  etcd's lock service: lease/grant, lock/lock, kv/range of
                  the key (the token; etcd 3.4 needs this read), lease/revoke
@@ -62,16 +66,18 @@ import base64
 import http.client
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 import time
 import urllib.parse
 
-CLIENTS = ("lockfence", "lease-floor", "session-floor", "locksvc", "watch-py", "watch-c")
-C_MODES = {"lease-floor": "lease", "session-floor": "session", "locksvc": "locksvc",
+CLIENTS = ("lockfence", "lockfence-py", "lease-floor", "session-floor", "locksvc", "watch-py", "watch-c")
+C_MODES = {"lockfence": "sql", "lease-floor": "lease", "session-floor": "session", "locksvc": "locksvc",
            "watch-c": "watch"}
 DESCRIPTIONS = {
-    "lockfence": "(a) SQL: etcd_lock + etcd_unlock",
+    "lockfence": "(a) SQL from C: etcd_lock + etcd_unlock",
+    "lockfence-py": "(a) the same SQL from Python (psycopg)",
     "lease-floor": "(b) C: lease per cycle, lock service",
     "session-floor": "(c) C: session lease, txn/range/delete",
     "locksvc": "(d) C: lock service on a session lease",
@@ -263,7 +269,7 @@ def worker(client, args, name, start_at, stop_at, out):
     lat = []
     grants = []
     try:
-        if client == "lockfence":
+        if client == "lockfence-py":
             cycle, between, close = lockfence_client(args.dsn, args.etcd, name, args.ttl)
         else:
             cycle, between, close = watch_client(args.etcd, name, args.ttl)
@@ -336,6 +342,7 @@ def run_round_c(args, client, name, holders, seconds):
                         "%.6f" % start_at, "%.6f" % stop_at, str(args.ttl),
                         C_MODES[client]],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=dict(os.environ, LOCKFENCE_DSN=args.dsn),
                        timeout=seconds + 120)
     if p.returncode != 0:
         raise SystemExit("%s round failed: %s" % (client, p.stderr.decode()[:500]))

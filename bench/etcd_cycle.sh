@@ -83,8 +83,10 @@ EOF
 "$BIN/pg_ctl" -D "$T/pg" -l "$T/pg.log" -w start >/dev/null
 "$BIN/psql" -X -q -h "$T" -p "$PGP" -U postgres -d postgres -c 'CREATE EXTENSION lockfence'
 
-# The floor: a minimal C client (libcurl, kept-alive connections).
-cc -O2 -Wall -o "$T/etcd_floor" "$HERE/etcd_floor.c" $(curl-config --libs)
+# The floors: minimal C clients (libcurl, kept-alive connections), and the
+# C driver of lockfence (libpq).
+cc -O2 -Wall -I"$("$PG_CONFIG" --includedir)" -o "$T/etcd_floor" "$HERE/etcd_floor.c" \
+	$(curl-config --libs) -L"$("$PG_CONFIG" --libdir)" -lpq
 
 echo "etcd $(etcd --version | head -1 | awk '{print $3}'), PostgreSQL $("$BIN/postgres" --version | awk '{print $3}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 "$HERE/etcd_cycle.py" --etcd "http://127.0.0.1:$CP" --floor-bin "$T/etcd_floor" \

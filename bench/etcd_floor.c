@@ -32,6 +32,13 @@
  *			  delete at once; the predecessor ranged again once the watch
  *			  exists; holder when there is none: read the own key back (the
  *			  token), then kv/deleterange.  Uncontended 4 requests.
+ *	 sql	  not a floor: lockfence itself, driven from C through libpq so
+ *			  that the figure is lockfence's and not a Python driver's.  One
+ *			  PostgreSQL session per holder (DSN in $LOCKFENCE_DSN), two
+ *			  prepared statements run with the extended protocol, as an
+ *			  application's driver does: SELECT key, token FROM
+ *			  lockfence.etcd_lock($1, $2), then lockfence.etcd_unlock($1).
+ *			  URL is passed to lockfence.etcd_endpoints.
  *
  * Usage: etcd_floor URL NAME HOLDERS START_AT STOP_AT TTL [MODE]
  *	 START_AT / STOP_AT are CLOCK_MONOTONIC seconds (as Python's
@@ -42,7 +49,8 @@
  *	 the releasing request is sent.  Exit status is non-zero if any holder
  *	 failed.
  *
- * Build: cc -O2 -o etcd_floor etcd_floor.c $(curl-config --libs)
+ * Build: cc -O2 -I$(pg_config --includedir) -o etcd_floor etcd_floor.c \
+ *		  $(curl-config --libs) -L$(pg_config --libdir) -lpq
  *
  * IDENTIFICATION
  *	  bench/etcd_floor.c
@@ -57,6 +65,7 @@
 #include <sys/wait.h>
 
 #include <curl/curl.h>
+#include <libpq-fe.h>
 
 typedef struct Buf
 {
@@ -180,7 +189,8 @@ typedef enum Mode
 	MODE_LEASE,
 	MODE_SESSION,
 	MODE_LOCKSVC,
-	MODE_WATCH
+	MODE_WATCH,
+	MODE_SQL
 } Mode;
 
 /* this holder's session lease (session and locksvc modes) */
@@ -478,6 +488,84 @@ cycle_watch(const char *pfx_b64, const char *end_b64, const char *key_b64,
 	return t_rel;
 }
 
+static PGconn *pg;
+
+/*
+ * sql mode: run a prepared statement; exit on anything but one row.
+ */
+static PGresult *
+sql_exec(const char *stmt, int nparams, const char *const *params)
+{
+	PGresult   *res = PQexecPrepared(pg, stmt, nparams, params, NULL, NULL, 0);
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		fprintf(stderr, "etcd_floor: %s: %s", stmt, PQerrorMessage(pg));
+		exit(8);
+	}
+	return res;
+}
+
+/*
+ * sql mode: connect, point lockfence at URL, prepare both statements.
+ */
+static void
+sql_connect(void)
+{
+	const char *dsn = getenv("LOCKFENCE_DSN");
+	const char *setting[1] = {base_url};
+	PGresult   *res;
+
+	pg = PQconnectdb(dsn ? dsn : "");
+	if (PQstatus(pg) != CONNECTION_OK)
+	{
+		fprintf(stderr, "etcd_floor: %s", PQerrorMessage(pg));
+		exit(8);
+	}
+	res = PQexecParams(pg, "SELECT set_config('lockfence.etcd_endpoints', $1, false)",
+					   1, NULL, setting, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		fprintf(stderr, "etcd_floor: %s", PQerrorMessage(pg));
+		exit(8);
+	}
+	PQclear(res);
+	PQclear(PQprepare(pg, "lock",
+					  "SELECT key, token FROM lockfence.etcd_lock($1, $2::integer)",
+					  2, NULL));
+	PQclear(PQprepare(pg, "unlock", "SELECT lockfence.etcd_unlock($1)", 1, NULL));
+}
+
+/*
+ * sql mode: one cycle of lockfence from SQL.
+ */
+static double
+cycle_sql(const char *name, const char *ttl, char *rev, size_t revlen,
+		  double *t_acq)
+{
+	const char *lock_params[2] = {name, ttl};
+	const char *unlock_params[1];
+	char		key[1024];
+	PGresult   *res;
+	double		t_rel;
+
+	res = sql_exec("lock", 2, lock_params);
+	snprintf(key, sizeof(key), "%s", PQgetvalue(res, 0, 0));
+	snprintf(rev, revlen, "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+	*t_acq = now();
+	t_rel = now();
+	unlock_params[0] = key;
+	res = sql_exec("unlock", 1, unlock_params);
+	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+	{
+		fprintf(stderr, "etcd_floor: etcd_unlock returned %s\n", PQgetvalue(res, 0, 0));
+		exit(8);
+	}
+	PQclear(res);
+	return t_rel;
+}
+
 /*
  * Set up this process's kept-alive handle.
  */
@@ -508,10 +596,14 @@ holder(Mode mode, const char *name, const char *name_b64,
 	char		key_b64[1024];
 	char		pfx_b64[1024];
 	char		end_b64[1024];
+	char		ttl_text[32];
 
 	init_handle();
 	lease_ttl = ttl;
-	if (mode != MODE_LEASE)
+	snprintf(ttl_text, sizeof(ttl_text), "%d", ttl);
+	if (mode == MODE_SQL)
+		sql_connect();
+	else if (mode != MODE_LEASE)
 	{
 		/* the session lease is granted before the run, as a session's is */
 		grant(ttl, session_lease, sizeof(session_lease));
@@ -545,6 +637,8 @@ holder(Mode mode, const char *name, const char *name_b64,
 			t_rel = cycle_session(key_b64, rev, sizeof(rev), &t_acq);
 		else if (mode == MODE_LOCKSVC)
 			t_rel = cycle_locksvc(name_b64, rev, sizeof(rev), &t_acq);
+		else if (mode == MODE_SQL)
+			t_rel = cycle_sql(name, ttl_text, rev, sizeof(rev), &t_acq);
 		else
 			t_rel = cycle_watch(pfx_b64, end_b64, key_b64, rev, sizeof(rev), &t_acq);
 
@@ -553,11 +647,13 @@ holder(Mode mode, const char *name, const char *name_b64,
 				 rev, t_acq, t_rel, now() - t0);
 		if (write(STDOUT_FILENO, line, strlen(line)) < 0)
 			exit(5);
-		if (mode != MODE_LEASE)
+		if (mode != MODE_LEASE && mode != MODE_SQL)
 			keep_session_alive();
 	}
 
-	if (mode != MODE_LEASE)
+	if (mode == MODE_SQL)
+		PQfinish(pg);
+	else if (mode != MODE_LEASE)
 	{
 		char		body[128];
 
@@ -582,7 +678,7 @@ main(int argc, char **argv)
 
 	if (argc < 7 || argc > 8 || strlen(argv[2]) > 400)
 	{
-		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL [lease|session|locksvc|watch]\n",
+		fprintf(stderr, "usage: %s URL NAME HOLDERS START_AT STOP_AT TTL [lease|session|locksvc|watch|sql]\n",
 				argv[0]);
 		return 2;
 	}
@@ -602,6 +698,8 @@ main(int argc, char **argv)
 			mode = MODE_LOCKSVC;
 		else if (strcmp(argv[7], "watch") == 0)
 			mode = MODE_WATCH;
+		else if (strcmp(argv[7], "sql") == 0)
+			mode = MODE_SQL;
 		else
 		{
 			fprintf(stderr, "%s: unknown mode \"%s\"\n", argv[0], argv[7]);
