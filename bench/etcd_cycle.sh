@@ -85,8 +85,9 @@ EOF
 
 # The floors: minimal C clients (libcurl, kept-alive connections), and the
 # C driver of lockfence (libpq).
+PQLIB=$("$PG_CONFIG" --libdir)
 cc -O2 -Wall -I"$("$PG_CONFIG" --includedir)" -o "$T/etcd_floor" "$HERE/etcd_floor.c" \
-	$(curl-config --libs) -L"$("$PG_CONFIG" --libdir)" -lpq
+	$(curl-config --libs) -L"$PQLIB" -Wl,-rpath,"$PQLIB" -lpq
 
 echo "etcd $(etcd --version | head -1 | awk '{print $3}'), PostgreSQL $("$BIN/postgres" --version | awk '{print $3}'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 "$HERE/etcd_cycle.py" --etcd "http://127.0.0.1:$CP" --floor-bin "$T/etcd_floor" \

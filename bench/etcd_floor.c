@@ -500,10 +500,28 @@ sql_exec(const char *stmt, int nparams, const char *const *params)
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
-		fprintf(stderr, "etcd_floor: %s: %s", stmt, PQerrorMessage(pg));
+		fprintf(stderr, "etcd_floor: %s: %d rows: %s", stmt, PQntuples(res),
+				PQresultErrorMessage(res));
 		exit(8);
 	}
 	return res;
+}
+
+/*
+ * sql mode: prepare a statement; exit if that fails.
+ */
+static void
+sql_prepare(const char *stmt, const char *query, int nparams)
+{
+	PGresult   *res = PQprepare(pg, stmt, query, nparams, NULL);
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		fprintf(stderr, "etcd_floor: preparing %s: %s", stmt,
+				PQresultErrorMessage(res));
+		exit(8);
+	}
+	PQclear(res);
 }
 
 /*
@@ -522,18 +540,18 @@ sql_connect(void)
 		fprintf(stderr, "etcd_floor: %s", PQerrorMessage(pg));
 		exit(8);
 	}
-	res = PQexecParams(pg, "SELECT set_config('lockfence.etcd_endpoints', $1, false)",
+	res = PQexecParams(pg,
+					   "SELECT set_config('lockfence.etcd_endpoints', $1, false)",
 					   1, NULL, setting, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		fprintf(stderr, "etcd_floor: %s", PQerrorMessage(pg));
+		fprintf(stderr, "etcd_floor: %s", PQresultErrorMessage(res));
 		exit(8);
 	}
 	PQclear(res);
-	PQclear(PQprepare(pg, "lock",
-					  "SELECT key, token FROM lockfence.etcd_lock($1, $2::integer)",
-					  2, NULL));
-	PQclear(PQprepare(pg, "unlock", "SELECT lockfence.etcd_unlock($1)", 1, NULL));
+	sql_prepare("lock",
+				"SELECT key, token FROM lockfence.etcd_lock($1, $2::integer)", 2);
+	sql_prepare("unlock", "SELECT lockfence.etcd_unlock($1)", 1);
 }
 
 /*

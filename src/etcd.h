@@ -76,9 +76,10 @@
 #define ETCD_PENDING_RELEASE_MS	50
 
 /*
- * A session lease is renewed every third of its TTL (and at least 200 ms
- * apart), as etcd's concurrency.Session keeps its lease alive: while a
- * call waits, and by a lock call that finds the last renewal that old.
+ * A session lease is renewed every third of its TTL, as etcd's
+ * concurrency.Session keeps its lease alive: while a call waits, and by a
+ * lock call that finds the last renewal that old.  (The 200 ms floor only
+ * guards the arithmetic: a TTL is at least 1 s.)
  */
 static inline long
 etcd_renewal_interval_ms(int ttl)
@@ -255,7 +256,7 @@ extern bool etcd_lease_delete_key(int64 lease, const char *key,
 
 /* etcd_session.c: session leases and the locks held on them */
 extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
-extern void etcd_session_track(int64 lease, int ttl);
+extern void etcd_session_track(int64 lease, int ttl, TimestampTz asked_at);
 extern void etcd_session_untrack(int64 lease);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
 extern TimestampTz etcd_session_lease_renewed_at(int64 lease);

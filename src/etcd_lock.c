@@ -314,6 +314,25 @@ finish_renewal(LockRenewal *r, const char *name, const char *key,
 }
 
 /*
+ * A wait under a lease of its own (the session already held the name)
+ * kept only that lease alive, not the session lease, which carries the
+ * session's other locks of this TTL (in etcd_lock_many, some taken by
+ * this very call).  Renew it now if due, so that no lock of the session
+ * is handed over about to expire; if it is gone, its locks are lost
+ * (LF003) and this acquisition fails with them.
+ */
+static void
+renew_session_lease_after_wait(int64 session_lease, int ttl)
+{
+	int64		left;
+
+	if (etcd_session_renewal_due(session_lease, ttl) &&
+		!etcd_lease_keepalive(session_lease, &left))
+		etcd_session_lease_lost(session_lease, "expired or was revoked",
+								false);
+}
+
+/*
  * Queue our key on *lease (see queue_lock_key).  A session lease used
  * before may be gone (it was not renewed within its TTL, or was revoked):
  * every lock on it is lost with it (etcd_session_lease raises LF003 for
@@ -398,8 +417,10 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		 * other session would, under a lease of this lock's own, revoked
 		 * when the lock is released.
 		 */
+		TimestampTz asked_at = GetCurrentTimestamp();
+
 		lease = etcd_lease_grant(ttl, &granted_ttl);
-		etcd_session_track(lease, 0);
+		etcd_session_track(lease, 0, asked_at);
 		fresh = true;
 	}
 
@@ -422,6 +443,8 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		else if (!try_only)
 		{
 			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms);
+			if (lease != session_lease)
+				renew_session_lease_after_wait(session_lease, ttl);
 			got = true;
 			res->token = my_rev;
 		}

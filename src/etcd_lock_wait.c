@@ -416,7 +416,9 @@ wait_keepalive(LockWait *w)
 		else if (w->pred != NULL && w->watch_ep == w->ka_ep &&
 				 etcd_endpoint_count() > 1)
 			forget_predecessor(w);
-		w->next_ka = TimestampTzPlusMilliseconds(now, left < 0 ? 200 : w->ka_interval_ms);
+		/* the next renewal is due a third of the TTL after this one */
+		w->next_ka = left < 0 ? TimestampTzPlusMilliseconds(now, 200) :
+			TimestampTzPlusMilliseconds(w->ka_sent_at, w->ka_interval_ms);
 	}
 	if (w->ka_req == NULL && now >= w->next_ka)
 	{
@@ -534,8 +536,9 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	w.cxt = CurrentMemoryContext;
 	w.ka_interval_ms = etcd_renewal_interval_ms(ttl);
 	/* the lock call renewed the lease only if due: keep to its schedule */
-	w.next_ka = TimestampTzPlusMilliseconds(etcd_session_lease_renewed_at(lease),
-											w.ka_interval_ms);
+	w.next_ka =
+		TimestampTzPlusMilliseconds(etcd_session_lease_renewed_at(lease),
+									w.ka_interval_ms);
 	if (wait_ms >= 0)
 		w.deadline = TimestampTzPlusMilliseconds(now, wait_ms);
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);

@@ -189,7 +189,7 @@ forget_lock(int i)
  * unless ttl is 0.
  */
 void
-etcd_session_track(int64 lease, int ttl)
+etcd_session_track(int64 lease, int ttl, TimestampTz asked_at)
 {
 	int			i;
 
@@ -207,7 +207,8 @@ etcd_session_track(int64 lease, int ttl)
 	leases[n_leases].lease = lease;
 	leases[n_leases].ttl = ttl;
 	leases[n_leases].current = ttl > 0;
-	leases[n_leases].renewed_at = GetCurrentTimestamp();
+	/* etcd counts the TTL from before its reply: from the request, here */
+	leases[n_leases].renewed_at = asked_at;
 	n_leases++;
 }
 
@@ -262,6 +263,7 @@ etcd_session_lease(int ttl, int *granted_ttl, bool *fresh)
 	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 	int64		lease;
+	TimestampTz asked_at;
 
 	for (i = n_leases - 1; i >= 0; i--)
 	{
@@ -290,8 +292,9 @@ etcd_session_lease(int ttl, int *granted_ttl, bool *fresh)
 			return leases[i].lease;
 		}
 	}
+	asked_at = GetCurrentTimestamp();
 	lease = etcd_lease_grant(ttl, granted_ttl);
-	etcd_session_track(lease, ttl);
+	etcd_session_track(lease, ttl, asked_at);
 	*fresh = true;
 	return lease;
 }

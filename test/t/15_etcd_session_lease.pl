@@ -95,14 +95,14 @@ is($s->query_safe("SELECT lockfence.etcd_unlock('$k7')"), 't',
 
 # --- lock calls renew the session lease once a third of its TTL has passed --
 
-# The first call renewed (or granted) the TTL-30 lease; the lock calls
-# that follow within a third of its TTL send no keepalive: a client taking
-# many short locks does not pay for a renewal on each.
-my ($k8, $l8) = lock_row($s, "lockfence.etcd_lock('fresh', 30)");
+# The first call grants a TTL-45 lease (no lock used that TTL before);
+# the lock calls that follow within a third of its TTL send no keepalive:
+# a client taking many short locks does not pay for a renewal on each.
+my ($k8, $l8) = lock_row($s, "lockfence.etcd_lock('fresh', 45)");
 my $ka_before = $etcd->grpc_calls('LeaseKeepAlive');
 for my $i (1 .. 10)
 {
-	my ($kq) = lock_row($s, "lockfence.etcd_try_lock('quick', 30)");
+	my ($kq) = lock_row($s, "lockfence.etcd_try_lock('quick', 45)");
 	$s->query_safe("SELECT lockfence.etcd_unlock('$kq')");
 }
 is($etcd->grpc_calls('LeaseKeepAlive') - $ka_before, 0,

@@ -8,6 +8,9 @@
 #	    fence in etcd_lock_and_fence(text[], text[]) (LF001) leaves none of
 #	    the call's keys in etcd when the error arrives, and no fence;
 #	  - wait_timeout bounds the whole call, not each lock;
+#	  - a call that waits for a name the session holds itself fails with
+#	    LF003 when the session lease expires meanwhile (that wait renews
+#	    only the lease of its own), never returning a lock already lost;
 #	  - two sessions asking for overlapping sets in opposite orders do not
 #	    deadlock;
 #	  - etcd_lock_and_fence(text[], text[]) fences each resource with its
@@ -167,6 +170,27 @@ ok($took < 4.3,
 	sprintf('whole call: fails after about 3 s in all, not 1.5 s + 3 s (%.2f s)', $took));
 is_deeply([ $etcd->keys('wt/') ], [$wb], 'whole call: nothing of the call left');
 $h2->query_safe("SELECT lockfence.etcd_unlock('$wb')");
+
+# --- a name the session holds itself: its session lease is checked after ----
+# The session holds sx/x (TTL 3).  etcd_lock_many(['sx/a', 'sx/x']) takes
+# sx/a on the session lease, then contends for sx/x with the session's own
+# lock, under a lease of its own, which is all that wait renews.  The
+# session lease expires, sx/x's old key goes with it and the wait wins:
+# the session lease is then found gone, so the call fails with LF003
+# naming both lost locks instead of returning sx/a already expired.
+my $o = session();
+my $ox = $o->query_safe("SELECT key FROM lockfence.etcd_lock('sx/x', 3)");
+chomp $ox;
+$res = sql_try($o,
+	"SELECT * FROM lockfence.etcd_lock_many(ARRAY['sx/a', 'sx/x'], 3, '20 s')");
+is($res->{sqlstate}, 'LF003',
+	'own name: LF003 once the session lease, not renewed by that wait, expired')
+  or diag explain $res;
+like($res->{message} // '', qr{sx/a/}, '... naming the lock the call took first');
+like($res->{message} // '', qr{\Q$ox\E}, '... and the lock the session held');
+ok(poll_until(10, sub { !scalar($etcd->keys('sx/')) }),
+	'own name: nothing of the call is left in etcd');
+$o->quit;
 
 # --- overlapping sets in opposite orders do not deadlock ------------------------
 
