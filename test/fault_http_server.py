@@ -156,31 +156,37 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.fault(rule, body)
 
-    def upstream(self, body):
-        """Send the request to the real etcd; return (status, headers, body)."""
+    def open_upstream(self, body, timeout=None):
+        """Send the request on to the real etcd, with the client's
+        Authorization header; return the connection and its response."""
         u = UPSTREAM
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
         try:
             hdrs = {"Content-Type": "application/json"}
             if self.headers.get("Authorization"):
                 hdrs["Authorization"] = self.headers["Authorization"]
             conn.request(self.command, self.path, body=body, headers=hdrs)
-            r = conn.getresponse()
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def upstream(self, body):
+        """Send the request to the real etcd; return (status, headers, body)."""
+        conn, r = self.open_upstream(body, timeout=120)
+        try:
             return r.status, r.getheader("Content-Type") or "application/json", r.read()
         finally:
             conn.close()
 
     def forward_stream(self, body):
         """Relay a streaming reply (a watch) chunk by chunk."""
-        u = UPSTREAM
-        conn = http.client.HTTPConnection(u.hostname, u.port)
         self.close_connection = True
         try:
-            hdrs = {"Content-Type": "application/json"}
-            if self.headers.get("Authorization"):
-                hdrs["Authorization"] = self.headers["Authorization"]
-            conn.request(self.command, self.path, body=body, headers=hdrs)
-            r = conn.getresponse()
+            conn, r = self.open_upstream(body)
+        except OSError:
+            return
+        try:
             self.send_response(r.status)
             self.send_header("Content-Type", r.getheader("Content-Type") or "application/json")
             self.send_header("Transfer-Encoding", "chunked")
