@@ -260,7 +260,7 @@ extern void etcd_session_track(int64 lease, int ttl, TimestampTz asked_at);
 extern void etcd_session_untrack(int64 lease);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
 extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
-extern bool etcd_session_renewal_due(int64 lease, int ttl);
+extern bool etcd_session_renewal_due(int64 lease);
 extern void etcd_session_lease_lost(int64 lease, const char *what,
 									bool revoke);
 extern void etcd_session_retire(int64 lease);

@@ -267,11 +267,11 @@ typedef struct LockRenewal
 } LockRenewal;
 
 static void
-start_renewal(LockRenewal *r, int64 lease, bool fresh, int ttl)
+start_renewal(LockRenewal *r, int64 lease, bool fresh)
 {
 	r->req = NULL;
 	r->lease = lease;
-	if (fresh || !etcd_session_renewal_due(lease, ttl))
+	if (fresh || !etcd_session_renewal_due(lease))
 		return;
 	r->sent_at = GetCurrentTimestamp();
 	r->req = etcd_lease_keepalive_start(lease, etcd_request_timeout_ms);
@@ -322,11 +322,11 @@ finish_renewal(LockRenewal *r, const char *name, const char *key,
  * (LF003) and this acquisition fails with them.
  */
 static void
-renew_session_lease_after_wait(int64 session_lease, int ttl)
+renew_session_lease_after_wait(int64 session_lease)
 {
 	int64		left;
 
-	if (etcd_session_renewal_due(session_lease, ttl) &&
+	if (etcd_session_renewal_due(session_lease) &&
 		!etcd_lease_keepalive(session_lease, &left))
 		etcd_session_lease_lost(session_lease, "expired or was revoked",
 								false);
@@ -424,7 +424,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		fresh = true;
 	}
 
-	start_renewal(&renewal, session_lease, session_fresh, ttl);
+	start_renewal(&renewal, session_lease, session_fresh);
 
 	PG_TRY();
 	{
@@ -444,7 +444,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		{
 			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms);
 			if (lease != session_lease)
-				renew_session_lease_after_wait(session_lease, ttl);
+				renew_session_lease_after_wait(session_lease);
 			got = true;
 			res->token = my_rev;
 		}

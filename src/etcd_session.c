@@ -324,16 +324,20 @@ etcd_session_lease_renewed_at(int64 lease)
 }
 
 /*
- * Whether a lock call should renew this session lease of the given TTL:
- * its last renewal was sent a third of the TTL ago or earlier.
+ * Whether a lock call should renew this session lease: its last renewal
+ * was sent a third of its TTL ago or earlier.  (A lease that is not a
+ * session's, or not ours, is always due.)
  */
 bool
-etcd_session_renewal_due(int64 lease, int ttl)
+etcd_session_renewal_due(int64 lease)
 {
-	TimestampTz renewed_at = etcd_session_lease_renewed_at(lease);
+	SessionLease *l = find_lease(lease);
 
+	if (l == NULL || l->ttl <= 0)
+		return true;
 	return GetCurrentTimestamp() >=
-		TimestampTzPlusMilliseconds(renewed_at, etcd_renewal_interval_ms(ttl));
+		TimestampTzPlusMilliseconds(l->renewed_at,
+									etcd_renewal_interval_ms(l->ttl));
 }
 
 /*
