@@ -20,7 +20,7 @@ use Test::More;
 
 # Every version ever released, oldest first.  A new release adds its
 # predecessor here, and an upgrade script from it.
-my @released = ('1.0', '1.1', '1.2');
+my @released = ('1.0', '1.1', '1.2', '1.3');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
