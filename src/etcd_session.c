@@ -92,8 +92,12 @@ typedef struct HeldLock
 	bool		pending;		/* held, not yet handed to the SQL caller */
 	bool		xact;			/* transaction-scoped: released at its end */
 	int64		token;			/* create_revision of key */
-	bool		fenced;			/* this transaction fenced with its token */
-	SubTransactionId fenced_subid;	/* subtransaction that fenced */
+	bool		fenced;			/* etcd_lock_and_fence fenced with it in this
+								 * transaction */
+	SubTransactionId fenced_subid;	/* outermost subtransaction that did */
+	bool		named;			/* a fence accepted in this transaction named
+								 * it (see etcd_session_fence_accepted) */
+	SubTransactionId named_subid;	/* outermost subtransaction that did */
 	SubTransactionId subid;		/* subtransaction that took it (pending or
 								 * transaction-scoped locks) */
 } HeldLock;
@@ -368,6 +372,8 @@ etcd_session_lock_acquired(int64 lease, const char *key, int64 token)
 	locks[n_locks].token = token;
 	locks[n_locks].fenced = false;
 	locks[n_locks].fenced_subid = InvalidSubTransactionId;
+	locks[n_locks].named = false;
+	locks[n_locks].named_subid = InvalidSubTransactionId;
 	locks[n_locks].subid = GetCurrentSubTransactionId();
 	n_locks++;
 }
@@ -391,6 +397,23 @@ etcd_session_lock_handed_over(const char *key, bool xact_scope)
 }
 
 /*
+ * Note that the current subtransaction marked a lock (fenced or named):
+ * the mark is forgotten when the outermost subtransaction that made it
+ * rolls back.  Subtransactions that can still roll back form one chain,
+ * and a mark's subtransaction is always on it (a committed one passes the
+ * mark to its parent), so the outermost is the smallest ID.
+ */
+static void
+mark_in_subxact(bool *mark, SubTransactionId *subid)
+{
+	SubTransactionId cur = GetCurrentSubTransactionId();
+
+	if (!*mark || cur < *subid)
+		*subid = cur;
+	*mark = true;
+}
+
+/*
  * The current transaction fenced a resource with the token of this lock
  * of ours (etcd_lock_and_fence): confirm it is still held at commit.
  */
@@ -399,18 +422,45 @@ etcd_session_lock_fenced(const char *key)
 {
 	HeldLock   *l = find_lock(key);
 
-	if (l != NULL && !l->fenced)
-	{
-		l->fenced = true;
-		l->fenced_subid = GetCurrentSubTransactionId();
-	}
+	if (l != NULL)
+		mark_in_subxact(&l->fenced, &l->fenced_subid);
 }
 
 /*
- * The locks to confirm at commit: those the transaction fenced with (see
- * etcd_session_lock_fenced), or, if all, every lock this backend holds
- * (the caller then keeps those it finds named in fence rows the
- * transaction wrote).  Returns how many, in a palloc'd array.
+ * A fence check accepted a token with holder in the current (sub)transaction
+ * (lockfence_check: fence, try_fence, their array forms and the trigger,
+ * whether the check wrote the fence row or only share-locked it).  Mark
+ * the lock of ours whose key is holder: lockfence.etcd_check_at_commit =
+ * all_fenced confirms the marked locks at commit, and PREPARE TRANSACTION
+ * is refused after such a fence.  A fence without a holder marks nothing:
+ * a token alone does not say which lock service issued it (small etcd
+ * revisions and other services' tokens coincide).
+ *
+ * The mark follows the subtransaction that made it: a rollback to a
+ * savepoint set before the fence unmarks the lock, as it undoes the
+ * fence's row lock and cache entry.
+ *
+ * Cheap when the backend holds no etcd lock: one comparison.  Never
+ * raises.  (The token itself is not needed: the check at commit compares the
+ * lock's own token with etcd.)
+ */
+void
+etcd_session_fence_accepted(const char *holder)
+{
+	HeldLock   *l;
+
+	if (holder == NULL || n_locks == 0)
+		return;
+	l = find_lock(holder);
+	if (l != NULL)
+		mark_in_subxact(&l->named, &l->named_subid);
+}
+
+/*
+ * The locks to confirm at commit: those etcd_lock_and_fence fenced with in
+ * this transaction, and, if all, those a fence accepted in this
+ * transaction named (etcd_session_fence_accepted).  Returns how many, in a
+ * palloc'd array.
  */
 int
 etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
@@ -421,7 +471,7 @@ etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
 	*out = palloc(sizeof(EtcdCheckedLock) * Max(n_locks, 1));
 	for (i = 0; i < n_locks; i++)
 	{
-		if (locks[i].pending || !(all || locks[i].fenced))
+		if (locks[i].pending || !(locks[i].fenced || (all && locks[i].named)))
 			continue;
 		(*out)[n].key = pstrdup(locks[i].key);
 		(*out)[n].lease = locks[i].lease;
@@ -442,8 +492,12 @@ forget_fenced(bool all, SubTransactionId subid)
 	int			i;
 
 	for (i = 0; i < n_locks; i++)
+	{
 		if (locks[i].fenced && (all || locks[i].fenced_subid >= subid))
 			locks[i].fenced = false;
+		if (locks[i].named && (all || locks[i].named_subid >= subid))
+			locks[i].named = false;
+	}
 }
 
 /*
@@ -570,10 +624,16 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 }
 
 /*
- * A prepared transaction outlives this backend's session, which its
- * transaction-scoped locks cannot: refuse PREPARE TRANSACTION while the
- * transaction holds one (or fenced with an etcd lock, which could not be
- * checked at COMMIT PREPARED).
+ * A prepared transaction outlives this backend's session, and COMMIT
+ * PREPARED (in any session, at any later time) cannot confirm an etcd
+ * lock: refuse PREPARE TRANSACTION while the transaction holds a
+ * transaction-scoped lock (this session would release it, or lose it,
+ * while the prepared work waits), or fenced with a lock of this session,
+ * by etcd_lock_and_fence or by any fence check naming it (see
+ * etcd_session_fence_accepted).  This does not depend on
+ * lockfence.etcd_check_at_commit: the setting can differ in the session
+ * that runs COMMIT PREPARED, and the work fenced with an etcd lock would
+ * commit with nobody knowing whether the lock was still held.
  */
 static void
 refuse_prepare(void)
@@ -581,11 +641,22 @@ refuse_prepare(void)
 	int			i;
 
 	for (i = 0; i < n_locks; i++)
-		if (locks[i].xact || locks[i].fenced)
+	{
+		if (locks[i].xact)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot PREPARE a transaction that holds or fenced with etcd lock \"%s\"",
-							locks[i].key)));
+					 errmsg("cannot PREPARE a transaction that holds transaction-scoped etcd lock \"%s\"",
+							locks[i].key),
+					 errdetail("A prepared transaction outlives its session, which releases the lock when the transaction ends."),
+					 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
+		if (locks[i].fenced || locks[i].named)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that fenced with etcd lock \"%s\"",
+							locks[i].key),
+					 errdetail("COMMIT PREPARED cannot confirm that the lock is still held, so the transaction could commit after the lock was lost."),
+					 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
+	}
 }
 
 /*
@@ -656,6 +727,8 @@ etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 				locks[i].subid = parentSubid;
 			if (locks[i].fenced && locks[i].fenced_subid >= mySubid)
 				locks[i].fenced_subid = parentSubid;
+			if (locks[i].named && locks[i].named_subid >= mySubid)
+				locks[i].named_subid = parentSubid;
 		}
 	}
 }
