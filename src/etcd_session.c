@@ -114,6 +114,7 @@ static bool callbacks_installed = false;
 static TimestampTz exit_cleanup_started = 0;
 
 static void etcd_session_exit(int code, Datum arg);
+static void fault_point(const char *point);
 static void etcd_session_xact(XactEvent event, void *arg);
 static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg);
@@ -619,6 +620,7 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 			continue;
 		}
 		etcd_session_release_quietly(locks[i].lease, key, left, !was_pending);
+		fault_point("release_step");
 	}
 	RESUME_INTERRUPTS();
 }
@@ -660,12 +662,141 @@ refuse_prepare(void)
 }
 
 /*
- * Transaction callback: a transaction that aborts while a lock is
- * pending means the call that acquired it failed without releasing it;
- * transaction-scoped locks are released when the transaction ends, after
- * a commit only once it is durable (XACT_EVENT_COMMIT), quietly: a
- * release that fails never turns the commit into an error, the TTL frees
- * the lock.
+ * Fault injection for tests: raise an ERROR at the named point when the
+ * server was started with LOCKFENCE_FAULT_INJECTION in its environment
+ * listing it (comma-separated).  Lets a test prove that an ERROR raised
+ * inside the end-of-transaction release never escapes it.  The variable
+ * is read once per backend; without it this costs one comparison.
+ */
+static void
+fault_point(const char *point)
+{
+	static const char *faults = NULL;
+	static bool faults_read = false;
+
+	if (!faults_read)
+	{
+		faults = getenv("LOCKFENCE_FAULT_INJECTION");
+		faults_read = true;
+	}
+	if (faults != NULL && strstr(faults, point) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("lockfence fault injected at %s", point)));
+}
+
+/* release_at_end's arguments, for release_never_raising */
+typedef struct ReleaseArgs
+{
+	bool		pending;
+	bool		xact;
+	bool		all;
+	SubTransactionId subid;
+	long		budget_ms;
+	const char *fault;			/* fault_point name */
+} ReleaseArgs;
+
+/*
+ * After an error escaped a release: forget the locks it was to release
+ * (what release_at_end did not get to), and stop using their leases, which
+ * are revoked at exit or expire with their TTL.  No allocation, no
+ * request: cannot raise.
+ */
+static void
+abandon_release(const ReleaseArgs *a)
+{
+	int			i;
+
+	for (i = n_locks - 1; i >= 0; i--)
+	{
+		SessionLease *sl;
+
+		if (!((a->pending && locks[i].pending) || (a->xact && locks[i].xact)) ||
+			(!a->all && locks[i].subid < a->subid))
+			continue;
+		sl = find_lease(locks[i].lease);
+		if (sl != NULL)
+			sl->current = false;
+		pfree(locks[i].key);
+		locks[i] = locks[--n_locks];
+	}
+}
+
+/*
+ * release_at_end, from a transaction callback at commit or abort, where
+ * an ERROR must not escape: after a commit it would become a PANIC
+ * ("cannot abort transaction, it was already committed"), and during an
+ * abort it would interrupt the abort.  The release is quiet already
+ * (etcd_call with quiet never raises for what etcd or the network does),
+ * but it allocates, creates wait event sets and parses replies, any of
+ * which can raise; such an error is caught here, its state flushed, and
+ * reported as a WARNING; the locks not released are forgotten, their
+ * leases no longer used (revoked at backend exit, or expired by their
+ * TTL).  The transaction's outcome stands.
+ *
+ * FlushErrorState() also forgets an error being recovered from when the
+ * abort runs inside error recovery; that is harmless where PostgreSQL
+ * aborts (the error was reported before, or copied and flushed by a
+ * PL/pgSQL handler), and a PANIC or an interrupted abort is the only
+ * alternative.  Test/t/64_etcd_commit_faults.pl injects such errors
+ * (LOCKFENCE_FAULT_INJECTION) at commit, abort and savepoint rollback.
+ */
+static void
+release_never_raising(bool pending, bool xact, bool all,
+					  SubTransactionId subid, long budget_ms, const char *fault)
+{
+	ReleaseArgs a = {pending, xact, all, subid, budget_ms, fault};
+	MemoryContext cxt = CurrentMemoryContext;
+	int			holdoff = InterruptHoldoffCount;
+
+	if (n_locks == 0)
+		return;
+	PG_TRY();
+	{
+		fault_point(a.fault);
+		release_at_end(a.pending, a.xact, a.all, a.subid, a.budget_ms);
+	}
+	PG_CATCH();
+	{
+		/* release_at_end's HOLD_INTERRUPTS were not undone */
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			ErrorData  *edata = CopyErrorData();
+
+			FlushErrorState();
+			etcd_http_abort_all();
+			abandon_release(&a);
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("could not release etcd locks at the end of the transaction: %s",
+							edata->message),
+					 errdetail("The transaction's outcome stands; the locks are freed when their lease expires.")));
+			FreeErrorData(edata);
+		}
+		PG_CATCH();
+		{
+			/* even the report failed (out of memory): stay silent */
+			InterruptHoldoffCount = holdoff;
+			MemoryContextSwitchTo(cxt);
+			FlushErrorState();
+			abandon_release(&a);
+		}
+		PG_END_TRY();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Transaction callback.  The commit-time check runs at PRE_COMMIT, where
+ * an error still aborts the transaction cleanly.  A transaction that
+ * aborts while a lock is pending means the call that acquired it failed
+ * without releasing it; transaction-scoped locks are released when the
+ * transaction ends, after a commit only once it is durable
+ * (XACT_EVENT_COMMIT).  Those releases never raise (release_never_raising):
+ * a release that fails never turns the commit into an error, let alone a
+ * PANIC; the TTL frees the lock.
  */
 static void
 etcd_session_xact(XactEvent event, void *arg)
@@ -682,16 +813,16 @@ etcd_session_xact(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			forget_fenced(true, InvalidSubTransactionId);
-			release_at_end(true, false, true, InvalidSubTransactionId,
-						   ETCD_PENDING_RELEASE_MS);
-			release_at_end(false, true, true, InvalidSubTransactionId,
-						   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
-						   ETCD_CLEANUP_MS);
+			release_never_raising(true, false, true, InvalidSubTransactionId,
+								  ETCD_PENDING_RELEASE_MS, "abort_release");
+			release_never_raising(false, true, true, InvalidSubTransactionId,
+								  ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+								  ETCD_CLEANUP_MS, "abort_release");
 			break;
 		case XACT_EVENT_COMMIT:
 			forget_fenced(true, InvalidSubTransactionId);
-			release_at_end(false, true, true, InvalidSubTransactionId,
-						   ETCD_CLEANUP_MS);
+			release_never_raising(false, true, true, InvalidSubTransactionId,
+								  ETCD_CLEANUP_MS, "commit_release");
 			break;
 		default:
 			break;
@@ -714,10 +845,11 @@ etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		forget_fenced(false, mySubid);
-		release_at_end(true, false, false, mySubid, ETCD_PENDING_RELEASE_MS);
-		release_at_end(false, true, false, mySubid,
-					   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
-					   ETCD_CLEANUP_MS);
+		release_never_raising(true, false, false, mySubid,
+							  ETCD_PENDING_RELEASE_MS, "abort_release");
+		release_never_raising(false, true, false, mySubid,
+							  ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+							  ETCD_CLEANUP_MS, "abort_release");
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
