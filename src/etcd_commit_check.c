@@ -82,9 +82,18 @@ etcd_commit_check(void)
 	int			i;
 	int			n_lost = 0;
 	StringInfoData lost;
+	const char *lost_key;
 
 	if (etcd_check_at_commit == ETCD_CHECK_OFF)
 		return;
+	/* a lock found lost during the transaction is no longer listed */
+	if (etcd_session_lost_in_xact(etcd_check_at_commit == ETCD_CHECK_ALL_FENCED,
+								  &lost_key))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd lock \"%s\" was lost before commit", lost_key),
+				 errdetail("The transaction fenced with its token, and the lock was found lost during the transaction."),
+				 errhint("The transaction was rolled back; acquire the lock again and retry.")));
 	n = etcd_session_locks_to_check(etcd_check_at_commit == ETCD_CHECK_ALL_FENCED,
 									&locks);
 	if (n == 0)

@@ -110,6 +110,17 @@ static int	n_locks = 0;
 static int	max_locks = 0;
 static bool callbacks_installed = false;
 
+/*
+ * A lock marked in this transaction (fenced, or named by a fence) was lost
+ * before the commit (its lease found gone, or revoked under it): the
+ * commit check refuses the commit without asking etcd, even though the
+ * lock is no longer in the list above.  lost_key names the first such
+ * lock (truncated; a fixed buffer, so that noting it cannot fail).
+ */
+static bool lost_fenced = false;
+static bool lost_named = false;
+static char lost_key[256];
+
 /* When revocation for a termination began; 0 if it did not. */
 static TimestampTz exit_cleanup_started = 0;
 
@@ -484,6 +495,19 @@ etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
 }
 
 /*
+ * Was a lock that this transaction fenced with (by etcd_lock_and_fence,
+ * or, if all, named by a fence) lost before the commit?  Then *key names
+ * one.  A loss stays noted until the transaction ends, also when the
+ * fence is rolled back to a savepoint afterwards (fail closed).
+ */
+bool
+etcd_session_lost_in_xact(bool all, const char **key)
+{
+	*key = lost_key;
+	return lost_fenced || (all && lost_named);
+}
+
+/*
  * Forget which locks the transaction fenced with: all of them at its end,
  * or those fenced in an aborted subtransaction subid or its children.
  */
@@ -492,6 +516,8 @@ forget_fenced(bool all, SubTransactionId subid)
 {
 	int			i;
 
+	if (all)
+		lost_fenced = lost_named = false;
 	for (i = 0; i < n_locks; i++)
 	{
 		if (locks[i].fenced && (all || locks[i].fenced_subid >= subid))
@@ -642,6 +668,13 @@ refuse_prepare(void)
 {
 	int			i;
 
+	if (lost_fenced || lost_named)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that fenced with etcd lock \"%s\"",
+						lost_key),
+				 errdetail("The lock was lost during the transaction."),
+				 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
 	for (i = 0; i < n_locks; i++)
 	{
 		if (locks[i].xact)
@@ -886,8 +919,15 @@ etcd_session_untrack(int64 lease)
 	int			i;
 
 	for (i = n_locks - 1; i >= 0; i--)
-		if (locks[i].lease == lease)
-			forget_lock(i);
+	{
+		if (locks[i].lease != lease)
+			continue;
+		if ((locks[i].fenced || locks[i].named) && !lost_fenced && !lost_named)
+			strlcpy(lost_key, locks[i].key, sizeof(lost_key));
+		lost_fenced |= locks[i].fenced;
+		lost_named |= locks[i].named;
+		forget_lock(i);
+	}
 	for (i = 0; i < n_leases; i++)
 	{
 		if (leases[i].lease == lease)

@@ -223,6 +223,26 @@ like($r->{message}, qr/\Q$ck\E/, '... naming the lock');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 9'), '0',
 	'... and nothing of it was written');
 
+# a lock found lost during the transaction (the error caught) is no longer
+# in the session's list: the commit must not go through unchecked
+my ($lk, $llease, $ltok2) = split /\|/,
+  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/lost', 46)");
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT lockfence.fence('cc-lost', $ltok2, '$lk')");
+$s->query_safe('INSERT INTO cc_t VALUES (10)');
+$etcd->etcdctl('lease', 'revoke', sprintf('%x', $llease));
+$s->query_safe("DO \$\$ BEGIN PERFORM lockfence.etcd_keepalive($llease); EXCEPTION WHEN SQLSTATE 'LF003' THEN NULL; END \$\$");
+$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+is($r->{sqlstate}, 'LF003', 'all_fenced: a lock found lost (error caught) during the transaction fails its commit')
+  or diag explain $r;
+like($r->{message} // '', qr/\Q$lk\E/, '... naming the lock');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 10'), '0',
+	'... and nothing of it was written');
+$s->query_safe('BEGIN');
+$s->query_safe('INSERT INTO cc_t VALUES (11)');
+$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+ok($r->{ok}, '... the next transaction is not affected') or diag explain $r;
+
 # --- issue 17, item 2: no PREPARE after fencing with an etcd lock ----------------
 sub prepare_refused
 {
