@@ -805,7 +805,7 @@ release_never_raising(bool pending, bool xact, bool all,
 					(errcode(edata->sqlerrcode),
 					 errmsg("could not release etcd locks at the end of the transaction: %s",
 							edata->message),
-					 errdetail("The transaction's outcome stands; the locks are freed when their lease expires.")));
+					 errdetail("The transaction's outcome stands; the locks are freed when their lease is revoked at the end of the session or expires.")));
 			FreeErrorData(edata);
 		}
 		PG_CATCH();
