@@ -286,6 +286,7 @@ typedef struct EtcdCheckedLock
 } EtcdCheckedLock;
 
 extern int	etcd_session_locks_to_check(bool all, EtcdCheckedLock **out);
+extern bool etcd_session_lost_in_xact(bool all, const char **key);
 
 /* etcd_commit_check.c */
 extern void etcd_commit_check(void);

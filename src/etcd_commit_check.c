@@ -16,10 +16,15 @@
  *
  * What is checked: lock_and_fence (the default) checks the locks the
  * transaction fenced with through etcd_lock_and_fence; all_fenced also
- * the locks of this backend named as holder in a fence row the
- * transaction wrote (lockfence.fence(resource, token, holder => key)),
- * found with one read of lockfence.fences at commit.  Transactions that
- * fenced with no etcd lock of this backend send nothing.
+ * the locks of this backend that a fence check accepted in the
+ * transaction named (lockfence.fence(resource, token, holder => key),
+ * try_fence, the array forms and the trigger), whether the check wrote the fence row or
+ * only share-locked a row that already recorded the token: the normal
+ * "fence at the start of each transaction" under one lock.  The fence
+ * checks record them as they accept (etcd_session_fence_accepted), so
+ * nothing is read at commit.  A fence undone by a rollback to a savepoint
+ * is not checked.  Transactions that fenced with no etcd lock of this
+ * backend send nothing.
  *
  * The window left: between the check's answer and the commit record, a
  * lease may still expire; but then the successor's token is higher, and
@@ -32,14 +37,8 @@
  */
 #include "postgres.h"
 
-#include "access/transam.h"
-#include "access/xact.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "lib/stringinfo.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
-#include "utils/snapmgr.h"
+#include "utils/jsonb.h"
 
 #include "etcd.h"
 #include "lockfence.h"
@@ -72,59 +71,6 @@ lock_still_held(const EtcdCheckedLock *l)
 }
 
 /*
- * all_fenced: keep the locks named as holder in a fence row this
- * transaction wrote (or those fenced by etcd_lock_and_fence).  Returns how
- * many are kept, in the same array.
- */
-static int
-keep_fenced_in_xact(EtcdCheckedLock *locks, int n)
-{
-	Datum	   *keys = palloc(sizeof(Datum) * n);
-	ArrayType  *arr;
-	Oid			argtypes[1] = {TEXTARRAYOID};
-	Datum		args[1];
-	bool	   *written = palloc0(sizeof(bool) * n);
-	uint64		r;
-	int			i;
-	int			kept = 0;
-
-	for (i = 0; i < n; i++)
-		keys[i] = CStringGetTextDatum(locks[i].key);
-	arr = construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT);
-	args[0] = PointerGetDatum(arr);
-
-	/* at PRE_COMMIT no portal is left to provide a snapshot */
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT holder, xmin FROM lockfence.fences WHERE holder = ANY ($1)",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read lockfence.fences");
-	for (r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		char	   *holder = SPI_getvalue(SPI_tuptable->vals[r],
-										  SPI_tuptable->tupdesc, 1);
-		TransactionId xmin = DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[r],
-																 SPI_tuptable->tupdesc,
-																 2, &isnull));
-
-		if (holder == NULL || isnull || !TransactionIdIsCurrentTransactionId(xmin))
-			continue;
-		for (i = 0; i < n; i++)
-			if (strcmp(locks[i].key, holder) == 0)
-				written[i] = true;
-	}
-	SPI_finish();
-	PopActiveSnapshot();
-
-	for (i = 0; i < n; i++)
-		if (written[i] || locks[i].fenced)
-			locks[kept++] = locks[i];
-	return kept;
-}
-
-/*
  * The check itself, called from the transaction callback at
  * XACT_EVENT_PRE_COMMIT.  Raises LF003 naming every lock found lost.
  */
@@ -136,26 +82,22 @@ etcd_commit_check(void)
 	int			i;
 	int			n_lost = 0;
 	StringInfoData lost;
+	const char *lost_key;
 
 	if (etcd_check_at_commit == ETCD_CHECK_OFF)
 		return;
+	/* a lock found lost during the transaction is no longer listed */
+	if (etcd_session_lost_in_xact(etcd_check_at_commit == ETCD_CHECK_ALL_FENCED,
+								  &lost_key))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd lock \"%s\" was lost before commit", lost_key),
+				 errdetail("The transaction fenced with its token, and the lock was found lost during the transaction."),
+				 errhint("The transaction was rolled back; acquire the lock again and retry.")));
 	n = etcd_session_locks_to_check(etcd_check_at_commit == ETCD_CHECK_ALL_FENCED,
 									&locks);
 	if (n == 0)
 		return;
-	/* a transaction that wrote nothing fenced nothing */
-	if (etcd_check_at_commit == ETCD_CHECK_ALL_FENCED &&
-		TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		n = keep_fenced_in_xact(locks, n);
-	else if (etcd_check_at_commit == ETCD_CHECK_ALL_FENCED)
-	{
-		int			kept = 0;
-
-		for (i = 0; i < n; i++)
-			if (locks[i].fenced)
-				locks[kept++] = locks[i];
-		n = kept;
-	}
 	initStringInfo(&lost);
 
 	for (i = 0; i < n; i++)

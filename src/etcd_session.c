@@ -92,8 +92,12 @@ typedef struct HeldLock
 	bool		pending;		/* held, not yet handed to the SQL caller */
 	bool		xact;			/* transaction-scoped: released at its end */
 	int64		token;			/* create_revision of key */
-	bool		fenced;			/* this transaction fenced with its token */
-	SubTransactionId fenced_subid;	/* subtransaction that fenced */
+	bool		fenced;			/* etcd_lock_and_fence fenced with it in this
+								 * transaction */
+	SubTransactionId fenced_subid;	/* outermost subtransaction that did */
+	bool		named;			/* a fence accepted in this transaction named
+								 * it (see etcd_session_fence_accepted) */
+	SubTransactionId named_subid;	/* outermost subtransaction that did */
 	SubTransactionId subid;		/* subtransaction that took it (pending or
 								 * transaction-scoped locks) */
 } HeldLock;
@@ -106,10 +110,22 @@ static int	n_locks = 0;
 static int	max_locks = 0;
 static bool callbacks_installed = false;
 
+/*
+ * A lock marked in this transaction (fenced, or named by a fence) was lost
+ * before the commit (its lease found gone, or revoked under it): the
+ * commit check refuses the commit without asking etcd, even though the
+ * lock is no longer in the list above.  lost_key names the first such
+ * lock (truncated; a fixed buffer, so that noting it cannot fail).
+ */
+static bool lost_fenced = false;
+static bool lost_named = false;
+static char lost_key[256];
+
 /* When revocation for a termination began; 0 if it did not. */
 static TimestampTz exit_cleanup_started = 0;
 
 static void etcd_session_exit(int code, Datum arg);
+static void fault_point(const char *point);
 static void etcd_session_xact(XactEvent event, void *arg);
 static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 								 SubTransactionId parentSubid, void *arg);
@@ -368,6 +384,8 @@ etcd_session_lock_acquired(int64 lease, const char *key, int64 token)
 	locks[n_locks].token = token;
 	locks[n_locks].fenced = false;
 	locks[n_locks].fenced_subid = InvalidSubTransactionId;
+	locks[n_locks].named = false;
+	locks[n_locks].named_subid = InvalidSubTransactionId;
 	locks[n_locks].subid = GetCurrentSubTransactionId();
 	n_locks++;
 }
@@ -391,6 +409,23 @@ etcd_session_lock_handed_over(const char *key, bool xact_scope)
 }
 
 /*
+ * Note that the current subtransaction marked a lock (fenced or named):
+ * the mark is forgotten when the outermost subtransaction that made it
+ * rolls back.  Subtransactions that can still roll back form one chain,
+ * and a mark's subtransaction is always on it (a committed one passes the
+ * mark to its parent), so the outermost is the smallest ID.
+ */
+static void
+mark_in_subxact(bool *mark, SubTransactionId *subid)
+{
+	SubTransactionId cur = GetCurrentSubTransactionId();
+
+	if (!*mark || cur < *subid)
+		*subid = cur;
+	*mark = true;
+}
+
+/*
  * The current transaction fenced a resource with the token of this lock
  * of ours (etcd_lock_and_fence): confirm it is still held at commit.
  */
@@ -399,18 +434,45 @@ etcd_session_lock_fenced(const char *key)
 {
 	HeldLock   *l = find_lock(key);
 
-	if (l != NULL && !l->fenced)
-	{
-		l->fenced = true;
-		l->fenced_subid = GetCurrentSubTransactionId();
-	}
+	if (l != NULL)
+		mark_in_subxact(&l->fenced, &l->fenced_subid);
 }
 
 /*
- * The locks to confirm at commit: those the transaction fenced with (see
- * etcd_session_lock_fenced), or, if all, every lock this backend holds
- * (the caller then keeps those it finds named in fence rows the
- * transaction wrote).  Returns how many, in a palloc'd array.
+ * A fence check accepted a token with holder in the current (sub)transaction
+ * (lockfence_check: fence, try_fence, their array forms and the trigger,
+ * whether the check wrote the fence row or only share-locked it).  Mark
+ * the lock of ours whose key is holder: lockfence.etcd_check_at_commit =
+ * all_fenced confirms the marked locks at commit, and PREPARE TRANSACTION
+ * is refused after such a fence.  A fence without a holder marks nothing:
+ * a token alone does not say which lock service issued it (small etcd
+ * revisions and other services' tokens coincide).
+ *
+ * The mark follows the subtransaction that made it: a rollback to a
+ * savepoint set before the fence unmarks the lock, as it undoes the
+ * fence's row lock and cache entry.
+ *
+ * Cheap when the backend holds no etcd lock: one comparison.  Never
+ * raises.  (The token itself is not needed: the check at commit compares the
+ * lock's own token with etcd.)
+ */
+void
+etcd_session_fence_accepted(const char *holder)
+{
+	HeldLock   *l;
+
+	if (holder == NULL || n_locks == 0)
+		return;
+	l = find_lock(holder);
+	if (l != NULL)
+		mark_in_subxact(&l->named, &l->named_subid);
+}
+
+/*
+ * The locks to confirm at commit: those etcd_lock_and_fence fenced with in
+ * this transaction, and, if all, those a fence accepted in this
+ * transaction named (etcd_session_fence_accepted).  Returns how many, in a
+ * palloc'd array.
  */
 int
 etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
@@ -421,7 +483,7 @@ etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
 	*out = palloc(sizeof(EtcdCheckedLock) * Max(n_locks, 1));
 	for (i = 0; i < n_locks; i++)
 	{
-		if (locks[i].pending || !(all || locks[i].fenced))
+		if (locks[i].pending || !(locks[i].fenced || (all && locks[i].named)))
 			continue;
 		(*out)[n].key = pstrdup(locks[i].key);
 		(*out)[n].lease = locks[i].lease;
@@ -433,6 +495,19 @@ etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
 }
 
 /*
+ * Was a lock that this transaction fenced with (by etcd_lock_and_fence,
+ * or, if all, named by a fence) lost before the commit?  Then *key names
+ * one.  A loss stays noted until the transaction ends, also when the
+ * fence is rolled back to a savepoint afterwards (fail closed).
+ */
+bool
+etcd_session_lost_in_xact(bool all, const char **key)
+{
+	*key = lost_key;
+	return lost_fenced || (all && lost_named);
+}
+
+/*
  * Forget which locks the transaction fenced with: all of them at its end,
  * or those fenced in an aborted subtransaction subid or its children.
  */
@@ -441,9 +516,15 @@ forget_fenced(bool all, SubTransactionId subid)
 {
 	int			i;
 
+	if (all)
+		lost_fenced = lost_named = false;
 	for (i = 0; i < n_locks; i++)
+	{
 		if (locks[i].fenced && (all || locks[i].fenced_subid >= subid))
 			locks[i].fenced = false;
+		if (locks[i].named && (all || locks[i].named_subid >= subid))
+			locks[i].named = false;
+	}
 }
 
 /*
@@ -565,36 +646,190 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 			continue;
 		}
 		etcd_session_release_quietly(locks[i].lease, key, left, !was_pending);
+		fault_point("release_step");
 	}
 	RESUME_INTERRUPTS();
 }
 
 /*
- * A prepared transaction outlives this backend's session, which its
- * transaction-scoped locks cannot: refuse PREPARE TRANSACTION while the
- * transaction holds one (or fenced with an etcd lock, which could not be
- * checked at COMMIT PREPARED).
+ * A prepared transaction outlives this backend's session, and COMMIT
+ * PREPARED (in any session, at any later time) cannot confirm an etcd
+ * lock: refuse PREPARE TRANSACTION while the transaction holds a
+ * transaction-scoped lock (this session would release it, or lose it,
+ * while the prepared work waits), or fenced with a lock of this session,
+ * by etcd_lock_and_fence or by any fence check naming it (see
+ * etcd_session_fence_accepted).  This does not depend on
+ * lockfence.etcd_check_at_commit: the setting can differ in the session
+ * that runs COMMIT PREPARED, and the work fenced with an etcd lock would
+ * commit with nobody knowing whether the lock was still held.
  */
 static void
 refuse_prepare(void)
 {
 	int			i;
 
+	if (lost_fenced || lost_named)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that fenced with etcd lock \"%s\"",
+						lost_key),
+				 errdetail("The lock was lost during the transaction."),
+				 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
 	for (i = 0; i < n_locks; i++)
-		if (locks[i].xact || locks[i].fenced)
+	{
+		if (locks[i].xact)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot PREPARE a transaction that holds or fenced with etcd lock \"%s\"",
-							locks[i].key)));
+					 errmsg("cannot PREPARE a transaction that holds transaction-scoped etcd lock \"%s\"",
+							locks[i].key),
+					 errdetail("A prepared transaction outlives its session, which releases the lock when the transaction ends."),
+					 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
+		if (locks[i].fenced || locks[i].named)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that fenced with etcd lock \"%s\"",
+							locks[i].key),
+					 errdetail("COMMIT PREPARED cannot confirm that the lock is still held, so the transaction could commit after the lock was lost."),
+					 errhint("Commit work done under an etcd lock with COMMIT, not with two-phase commit.")));
+	}
 }
 
 /*
- * Transaction callback: a transaction that aborts while a lock is
- * pending means the call that acquired it failed without releasing it;
- * transaction-scoped locks are released when the transaction ends, after
- * a commit only once it is durable (XACT_EVENT_COMMIT), quietly: a
- * release that fails never turns the commit into an error, the TTL frees
- * the lock.
+ * Fault injection for tests: raise an ERROR at the named point when the
+ * server was started with LOCKFENCE_FAULT_INJECTION in its environment
+ * listing it (comma-separated).  Lets a test prove that an ERROR raised
+ * inside the end-of-transaction release never escapes it.  The variable
+ * is read once per backend; without it this costs one comparison.
+ */
+static void
+fault_point(const char *point)
+{
+	static const char *faults = NULL;
+	static bool faults_read = false;
+
+	if (!faults_read)
+	{
+		faults = getenv("LOCKFENCE_FAULT_INJECTION");
+		faults_read = true;
+	}
+	if (faults != NULL && strstr(faults, point) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("lockfence fault injected at %s", point)));
+}
+
+/* release_at_end's arguments, for release_never_raising */
+typedef struct ReleaseArgs
+{
+	bool		pending;
+	bool		xact;
+	bool		all;
+	SubTransactionId subid;
+	long		budget_ms;
+	const char *fault;			/* fault_point name */
+} ReleaseArgs;
+
+/*
+ * After an error escaped a release: forget the locks it was to release
+ * (what release_at_end did not get to), and stop using their leases, which
+ * are revoked at exit or expire with their TTL.  No allocation, no
+ * request: cannot raise.
+ */
+static void
+abandon_release(const ReleaseArgs *a)
+{
+	int			i;
+
+	for (i = n_locks - 1; i >= 0; i--)
+	{
+		SessionLease *sl;
+
+		if (!((a->pending && locks[i].pending) || (a->xact && locks[i].xact)) ||
+			(!a->all && locks[i].subid < a->subid))
+			continue;
+		sl = find_lease(locks[i].lease);
+		if (sl != NULL)
+			sl->current = false;
+		pfree(locks[i].key);
+		locks[i] = locks[--n_locks];
+	}
+}
+
+/*
+ * release_at_end, from a transaction callback at commit or abort, where
+ * an ERROR must not escape: after a commit it would become a PANIC
+ * ("cannot abort transaction, it was already committed"), and during an
+ * abort it would interrupt the abort.  The release is quiet already
+ * (etcd_call with quiet never raises for what etcd or the network does),
+ * but it allocates, creates wait event sets and parses replies, any of
+ * which can raise; such an error is caught here, its state flushed, and
+ * reported as a WARNING; the locks not released are forgotten, their
+ * leases no longer used (revoked at backend exit, or expired by their
+ * TTL).  The transaction's outcome stands.
+ *
+ * FlushErrorState() also forgets an error being recovered from when the
+ * abort runs inside error recovery; that is harmless where PostgreSQL
+ * aborts (the error was reported before, or copied and flushed by a
+ * PL/pgSQL handler), and a PANIC or an interrupted abort is the only
+ * alternative.  Test/t/64_etcd_commit_faults.pl injects such errors
+ * (LOCKFENCE_FAULT_INJECTION) at commit, abort and savepoint rollback.
+ */
+static void
+release_never_raising(bool pending, bool xact, bool all,
+					  SubTransactionId subid, long budget_ms, const char *fault)
+{
+	ReleaseArgs a = {pending, xact, all, subid, budget_ms, fault};
+	MemoryContext cxt = CurrentMemoryContext;
+	int			holdoff = InterruptHoldoffCount;
+
+	if (n_locks == 0)
+		return;
+	PG_TRY();
+	{
+		fault_point(a.fault);
+		release_at_end(a.pending, a.xact, a.all, a.subid, a.budget_ms);
+	}
+	PG_CATCH();
+	{
+		/* release_at_end's HOLD_INTERRUPTS were not undone */
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			ErrorData  *edata = CopyErrorData();
+
+			FlushErrorState();
+			etcd_http_abort_all();
+			abandon_release(&a);
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("could not release etcd locks at the end of the transaction: %s",
+							edata->message),
+					 errdetail("The transaction's outcome stands; the locks are freed when their lease is revoked at the end of the session or expires.")));
+			FreeErrorData(edata);
+		}
+		PG_CATCH();
+		{
+			/* even the report failed (out of memory): stay silent */
+			InterruptHoldoffCount = holdoff;
+			MemoryContextSwitchTo(cxt);
+			FlushErrorState();
+			abandon_release(&a);
+		}
+		PG_END_TRY();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Transaction callback.  The commit-time check runs at PRE_COMMIT, where
+ * an error still aborts the transaction cleanly.  A transaction that
+ * aborts while a lock is pending means the call that acquired it failed
+ * without releasing it; transaction-scoped locks are released when the
+ * transaction ends, after a commit only once it is durable
+ * (XACT_EVENT_COMMIT).  Those releases never raise (release_never_raising):
+ * a release that fails never turns the commit into an error, let alone a
+ * PANIC; the TTL frees the lock.
  */
 static void
 etcd_session_xact(XactEvent event, void *arg)
@@ -611,16 +846,16 @@ etcd_session_xact(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			forget_fenced(true, InvalidSubTransactionId);
-			release_at_end(true, false, true, InvalidSubTransactionId,
-						   ETCD_PENDING_RELEASE_MS);
-			release_at_end(false, true, true, InvalidSubTransactionId,
-						   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
-						   ETCD_CLEANUP_MS);
+			release_never_raising(true, false, true, InvalidSubTransactionId,
+								  ETCD_PENDING_RELEASE_MS, "abort_release");
+			release_never_raising(false, true, true, InvalidSubTransactionId,
+								  ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+								  ETCD_CLEANUP_MS, "abort_release");
 			break;
 		case XACT_EVENT_COMMIT:
 			forget_fenced(true, InvalidSubTransactionId);
-			release_at_end(false, true, true, InvalidSubTransactionId,
-						   ETCD_CLEANUP_MS);
+			release_never_raising(false, true, true, InvalidSubTransactionId,
+								  ETCD_CLEANUP_MS, "commit_release");
 			break;
 		default:
 			break;
@@ -643,10 +878,11 @@ etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		forget_fenced(false, mySubid);
-		release_at_end(true, false, false, mySubid, ETCD_PENDING_RELEASE_MS);
-		release_at_end(false, true, false, mySubid,
-					   ProcDiePending ? ETCD_PENDING_RELEASE_MS :
-					   ETCD_CLEANUP_MS);
+		release_never_raising(true, false, false, mySubid,
+							  ETCD_PENDING_RELEASE_MS, "abort_release");
+		release_never_raising(false, true, false, mySubid,
+							  ProcDiePending ? ETCD_PENDING_RELEASE_MS :
+							  ETCD_CLEANUP_MS, "abort_release");
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
@@ -656,6 +892,8 @@ etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
 				locks[i].subid = parentSubid;
 			if (locks[i].fenced && locks[i].fenced_subid >= mySubid)
 				locks[i].fenced_subid = parentSubid;
+			if (locks[i].named && locks[i].named_subid >= mySubid)
+				locks[i].named_subid = parentSubid;
 		}
 	}
 }
@@ -681,8 +919,15 @@ etcd_session_untrack(int64 lease)
 	int			i;
 
 	for (i = n_locks - 1; i >= 0; i--)
-		if (locks[i].lease == lease)
-			forget_lock(i);
+	{
+		if (locks[i].lease != lease)
+			continue;
+		if ((locks[i].fenced || locks[i].named) && !lost_fenced && !lost_named)
+			strlcpy(lost_key, locks[i].key, sizeof(lost_key));
+		lost_fenced |= locks[i].fenced;
+		lost_named |= locks[i].named;
+		forget_lock(i);
+	}
 	for (i = 0; i < n_leases; i++)
 	{
 		if (leases[i].lease == lease)

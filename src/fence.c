@@ -162,6 +162,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 	if (fence_cache_covers(resource, token, holder))
 	{
 		lockfence_metrics_fence_accepted();
+		etcd_session_fence_accepted(holder);
 		return FENCE_ACCEPTED;
 	}
 
@@ -173,6 +174,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 			fence_cache_remember(resource, outcome->highest,
 								 outcome->highest_holder);
 			lockfence_metrics_fence_accepted();
+			etcd_session_fence_accepted(holder);
 			break;
 		case FENCE_STALE:
 		case FENCE_HOLDER_CONFLICT:

@@ -88,6 +88,9 @@ extern bool fence_store_delete(const char *resource);
 extern void fence_store_enter(FenceStoreState *state);
 extern void fence_store_leave(FenceStoreState *state);
 
+/* etcd_session.c: an accepted fence, for the etcd commit-time check */
+extern void etcd_session_fence_accepted(const char *holder);
+
 /* subxact.c: a step whose row locks are kept only when it succeeds */
 extern bool lockfence_run_in_subxact(bool (*step) (void *arg), void *arg);
 

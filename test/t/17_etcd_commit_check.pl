@@ -12,7 +12,16 @@
 #	    transaction that did not fence with an etcd token (counted at the
 #	    fault proxy in front of etcd);
 #	  - all_fenced also checks locks named as holder in lockfence.fence;
-#	  - a cancel while the check waits for etcd aborts the commit cleanly.
+#	  - a cancel while the check waits for etcd aborts the commit cleanly;
+#	  - issue 17, item 1: all_fenced checks every transaction that fenced
+#	    with a lock of this backend, also when the fence row already
+#	    recorded the token and was only share-locked (the usual "fence at
+#	    the start of each transaction" under one lock), in every form
+#	    (fence, try_fence, the array forms, the trigger); a
+#	    fence rolled back to a savepoint is not checked;
+#	  - issue 17, item 2: PREPARE TRANSACTION is refused (0A000) after a
+#	    fence with an etcd lock of this session, whatever the scope and the
+#	    setting, so COMMIT PREPARED cannot commit after the lock was lost.
 
 use strict;
 use warnings;
@@ -30,7 +39,7 @@ my $fault = $etcd->start_fault_server($etcd->client_url(0));
 my $f = $fault->url;
 
 my $node = LockfenceTest::EtcdCluster::pg_node('etcd_cchk',
-	"lockfence.etcd_endpoints = '$f'\n");
+	"lockfence.etcd_endpoints = '$f'\nmax_prepared_transactions = 5\n");
 $node->safe_psql('postgres',
 	'CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 0);');
 
@@ -140,6 +149,149 @@ ok(LockfenceTest::EtcdCluster::poll_until(10, sub { !$etcd->keys('c6/') }),
 	'and its transaction-scoped lock was released');
 $s->{stderr} = '';
 is($s->query_safe('SELECT 1'), '1', 'the session goes on');
+
+# --- issue 17, item 1: every transaction fencing under one lock is checked -----
+$node->safe_psql('postgres', 'CREATE TABLE cc_t (id int)');
+$s->query_safe('SET lockfence.etcd_check_at_commit = all_fenced');
+my ($ck, $clease, $ctok) = split /\|/,
+  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/lock', 41)");
+sub cc_txn
+{
+	my ($fence_sql, $id) = @_;
+	$s->query_safe('BEGIN');
+	$s->query_safe($fence_sql);
+	$s->query_safe("INSERT INTO cc_t VALUES ($id)");
+	my $b = txns();
+	my $r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+	return ($r, txns() - $b);
+}
+my ($r, $sent) = cc_txn("SELECT lockfence.fence('cc-res', $ctok, '$ck')", 1);
+ok($r->{ok}, 'all_fenced: the first transaction under the lock (writes the fence row) commits');
+is($sent, 1, '... after one check');
+($r, $sent) = cc_txn("SELECT lockfence.fence('cc-res', $ctok, '$ck')", 2);
+ok($r->{ok}, 'all_fenced: the second (the fence row already records the token) commits');
+is($sent, 1, '... and is checked too, though it only share-locked the fence row');
+($r, $sent) = cc_txn("SELECT lockfence.try_fence('cc-res', $ctok, '$ck')", 3);
+is($sent, 1, 'all_fenced: try_fence is checked as well');
+($r, $sent) = cc_txn("SELECT lockfence.fence(ARRAY['cc-res', 'cc-res2'], $ctok, '$ck')", 4);
+is($sent, 1, 'all_fenced: the array form is checked (one request per lock)');
+($r, $sent) = cc_txn("SELECT lockfence.try_fence(ARRAY['cc-res', 'cc-res2'], $ctok, '$ck')", 5);
+is($sent, 1, 'all_fenced: try_fence with an array is checked');
+
+# a fence rolled back to a savepoint is not checked; one kept is
+$s->query_safe('BEGIN');
+$s->query_safe('SAVEPOINT a');
+$s->query_safe("SELECT lockfence.fence('cc-res', $ctok, '$ck')");
+$s->query_safe('ROLLBACK TO SAVEPOINT a');
+$s->query_safe('INSERT INTO cc_t VALUES (7)');
+$before = txns();
+$s->query_safe('COMMIT');
+is(txns() - $before, 0, 'all_fenced: a fence rolled back to its savepoint is not checked');
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT lockfence.fence('cc-res', $ctok, '$ck')");
+$s->query_safe('SAVEPOINT a');
+$s->query_safe("SELECT lockfence.fence('cc-res', $ctok, '$ck')");
+$s->query_safe('ROLLBACK TO SAVEPOINT a');
+$before = txns();
+$s->query_safe('COMMIT');
+is(txns() - $before, 1, 'all_fenced: a fence made before the savepoint stays checked after its rollback');
+$s->query_safe('BEGIN');
+$s->query_safe('SAVEPOINT a');
+$s->query_safe("SELECT lockfence.fence('cc-res', $ctok, '$ck')");
+$s->query_safe('RELEASE SAVEPOINT a');
+$before = txns();
+$s->query_safe('COMMIT');
+is(txns() - $before, 1, 'all_fenced: a fence in a released savepoint is checked');
+
+# the trigger: a row carrying the token of a new lock, named by a column
+$node->safe_psql('postgres', q{
+	CREATE TABLE cc_acc (id int, tok bigint, who text);
+	SELECT lockfence.protect('cc_acc', resource => 'cc-acc',
+	                         token_column => 'tok', holder_column => 'who');});
+my ($tk, $tlease, $ttok) = split /\|/,
+  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/trig', 42)");
+($r, $sent) = cc_txn("INSERT INTO cc_acc VALUES (1, $ttok, '$tk')", 8);
+is($sent, 1, 'all_fenced: a fence by the trigger (token and holder columns) is checked');
+
+# the lock is lost; the next transaction fences as usual and must not commit
+$etcd->etcdctl('lease', 'revoke', sprintf('%x', $clease));
+ok(!defined $etcd->key_info($ck), 'the lock was lost (its lease revoked)');
+($r, $sent) = cc_txn("SELECT lockfence.fence('cc-res', $ctok, '$ck')", 9);
+ok(!$r->{ok}, 'all_fenced: a transaction fencing with the lost lock does not commit');
+is($r->{sqlstate}, 'LF003', '... LF003') or diag explain $r;
+like($r->{message}, qr/\Q$ck\E/, '... naming the lock');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 9'), '0',
+	'... and nothing of it was written');
+
+# a lock found lost during the transaction (the error caught) is no longer
+# in the session's list: the commit must not go through unchecked
+my ($lk, $llease, $ltok2) = split /\|/,
+  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/lost', 46)");
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT lockfence.fence('cc-lost', $ltok2, '$lk')");
+$s->query_safe('INSERT INTO cc_t VALUES (10)');
+$etcd->etcdctl('lease', 'revoke', sprintf('%x', $llease));
+$s->query_safe("DO \$\$ BEGIN PERFORM lockfence.etcd_keepalive($llease); EXCEPTION WHEN SQLSTATE 'LF003' THEN NULL; END \$\$");
+$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+is($r->{sqlstate}, 'LF003', 'all_fenced: a lock found lost (error caught) during the transaction fails its commit')
+  or diag explain $r;
+like($r->{message} // '', qr/\Q$lk\E/, '... naming the lock');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 10'), '0',
+	'... and nothing of it was written');
+$s->query_safe('BEGIN');
+$s->query_safe('INSERT INTO cc_t VALUES (11)');
+$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+ok($r->{ok}, '... the next transaction is not affected') or diag explain $r;
+
+# --- issue 17, item 2: no PREPARE after fencing with an etcd lock ----------------
+sub prepare_refused
+{
+	my ($label, @sql) = @_;
+	$s->query_safe('BEGIN');
+	$s->query_safe($_) for @sql;
+	my $p = LockfenceTest::EtcdCluster::sql_try($s, "PREPARE TRANSACTION 'cc_p'");
+	is($p->{sqlstate}, '0A000', "PREPARE refused: $label") or diag explain $p;
+	like($p->{message} // '', qr/cannot PREPARE a transaction that/, "... $label: message");
+	like($p->{stderr}, qr/HINT:\s+Commit work done under an etcd lock with COMMIT/, "... $label: hint");
+	LockfenceTest::EtcdCluster::sql_try($s, 'ROLLBACK');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0',
+		"... $label: nothing prepared");
+	return;
+}
+my ($pk, $please, $ptok) = split /\|/,
+  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/prep', 43)");
+prepare_refused('all_fenced, a session lock fenced with fence()',
+	"SELECT lockfence.fence('cc-prep', $ptok, '$pk')", 'INSERT INTO cc_t VALUES (20)');
+prepare_refused('all_fenced, the same fence again (fence row only share-locked)',
+	"SELECT lockfence.fence('cc-prep', $ptok, '$pk')");
+$s->query_safe('RESET lockfence.etcd_check_at_commit');
+prepare_refused('lock_and_fence, a session lock fenced with fence()',
+	"SELECT lockfence.fence('cc-prep', $ptok, '$pk')");
+prepare_refused('a session lock fenced with the array form',
+	"SELECT lockfence.fence(ARRAY['cc-prep', 'cc-prep2'], $ptok, '$pk')");
+$s->query_safe('SET lockfence.etcd_check_at_commit = off');
+prepare_refused('check off, a session lock fenced with fence()',
+	"SELECT lockfence.fence('cc-prep', $ptok, '$pk')");
+$s->query_safe('RESET lockfence.etcd_check_at_commit');
+prepare_refused('etcd_lock_and_fence, session scope',
+	"SELECT lockfence.etcd_lock_and_fence('cc/prep2', 'cc-prep2', 44, scope => 'session')");
+prepare_refused('a transaction-scoped lock',
+	"SELECT lockfence.etcd_lock('cc/prep3', 45, scope => 'transaction')");
+
+# what is not refused: no fence with an etcd lock, or one rolled back
+$s->query_safe('BEGIN');
+$s->query_safe('INSERT INTO cc_t VALUES (21)');
+$s->query_safe("SELECT lockfence.fence('cc-plain', 3)");
+$r = LockfenceTest::EtcdCluster::sql_try($s, "PREPARE TRANSACTION 'cc_ok'");
+ok($r->{ok}, 'PREPARE allowed for a transaction that fenced with no etcd lock') or diag explain $r;
+$s->query_safe("COMMIT PREPARED 'cc_ok'");
+$s->query_safe('BEGIN');
+$s->query_safe('SAVEPOINT a');
+$s->query_safe("SELECT lockfence.fence('cc-prep', $ptok, '$pk')");
+$s->query_safe('ROLLBACK TO SAVEPOINT a');
+$r = LockfenceTest::EtcdCluster::sql_try($s, "PREPARE TRANSACTION 'cc_ok2'");
+ok($r->{ok}, 'PREPARE allowed after the fence was rolled back to its savepoint') or diag explain $r;
+$s->query_safe("COMMIT PREPARED 'cc_ok2'");
 
 $s->quit;
 $c->quit;
