@@ -901,6 +901,37 @@ CREATE EVENT TRIGGER lockfence_check_publications ON ddl_command_end
 
 ALTER EVENT TRIGGER lockfence_check_publications ENABLE ALWAYS;
 
+-- A publication made before the extension (FOR ALL TABLES, or FOR TABLES
+-- IN SCHEMA lockfence with the schema made beforehand) publishes
+-- lockfence.fences from now on: refused as the event trigger refuses it
+-- (issue 23, item 7).
+DO $$
+DECLARE
+    p record;
+BEGIN
+    IF coalesce(pg_catalog.current_setting('lockfence.allow_publish_fences', true),
+                'off')::boolean THEN
+        RETURN;
+    END IF;
+    FOR p IN
+        SELECT pub.pubname, pub.puballtables
+          FROM pg_catalog.pg_publication pub
+          JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = pub.pubname
+         WHERE pt.schemaname = 'lockfence' AND pt.tablename = 'fences'
+         ORDER BY 1
+         LIMIT 1
+    LOOP
+        RAISE EXCEPTION 'publication "%" would publish lockfence.fences', p.pubname
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'A subscriber''s fences must be its own: following the publisher''s would move them back, or stop the subscription with a unique violation.',
+                  HINT = CASE WHEN p.puballtables
+                         THEN 'Publish the application''s tables by name or by schema instead of FOR ALL TABLES, or SET lockfence.allow_publish_fences = on to create the extension anyway.'
+                         ELSE 'Leave the lockfence schema out of the publication, or SET lockfence.allow_publish_fences = on to create the extension anyway.'
+                         END;
+    END LOOP;
+END
+$$;
+
 -- Ask the etcd endpoints for their status (for check()).
 CREATE FUNCTION lockfence.etcd_status(timeout_ms integer DEFAULT 1000,
                                       OUT endpoint text, OUT leader text,
