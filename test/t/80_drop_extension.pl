@@ -166,6 +166,25 @@ $node->safe_psql('owned', 'DROP OWNED BY other CASCADE');
 pass('DROP OWNED BY another role goes through');
 protected_table_refuses_tokenless_insert('after the refused drops');
 
+# A trigger function that is no longer a member (taken out before any
+# table was protected): dropping it would drop the triggers of tables that
+# stay.
+$node->safe_psql('postgres', 'CREATE DATABASE loose');
+$node->safe_psql('loose', q{
+CREATE EXTENSION lockfence;
+ALTER EXTENSION lockfence DROP FUNCTION lockfence.fence_trigger();
+CREATE TABLE jobs (id int, token bigint);
+SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
+});
+my ($l_out, $l_err);
+$node->psql('loose', "\\set VERBOSITY verbose\nDROP FUNCTION lockfence.fence_trigger() CASCADE",
+	stdout => \$l_out, stderr => \$l_err);
+like($l_err, qr/2BP01: cannot drop the lockfence trigger zz_lockfence_fence on table jobs/,
+	'a drop that would remove a lockfence trigger but not its table is refused');
+$node->psql('loose', "\\set VERBOSITY verbose\nINSERT INTO jobs VALUES (1, NULL)",
+	stdout => \$l_out, stderr => \$l_err);
+like($l_err, qr/LF002/, '... and the table still refuses a tokenless INSERT');
+
 # Other extensions can still be dropped.
 SKIP:
 {
