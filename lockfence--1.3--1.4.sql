@@ -2,3 +2,457 @@
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION lockfence UPDATE TO '1.4'" to load this file. \quit
+
+-- Drop guard (issue 17, item 9)
+--
+-- The guard also refuses drops that reach lockfence through dependencies
+-- (DROP SCHEMA of its schema renamed, DROP EXTENSION plpgsql CASCADE, DROP
+-- FUNCTION of a member, ...), ALTER EXTENSION lockfence DROP while tables
+-- are protected, and renaming its schema: it fires on more commands.
+
+COMMENT ON FUNCTION lockfence.guard_drop() IS
+    'Refuse to drop lockfence, or a lockfence trigger, while tables are protected by it';
+
+DROP EVENT TRIGGER lockfence_guard_drop;
+
+CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED',
+                 'DROP LANGUAGE', 'DROP FUNCTION', 'DROP PROCEDURE',
+                 'DROP ROUTINE', 'DROP AGGREGATE', 'DROP TYPE', 'DROP DOMAIN',
+                 'DROP TABLE', 'DROP VIEW', 'DROP MATERIALIZED VIEW',
+                 'DROP SEQUENCE', 'DROP FOREIGN TABLE',
+                 'ALTER EXTENSION', 'ALTER SCHEMA')
+    EXECUTE FUNCTION lockfence.guard_drop();
+
+ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;
+
+-- check() finds more (issue 17, items 10 and 11)
+--
+-- check_new_triggers(): with check_function_bodies off, as in a restore, a
+-- broken lockfence trigger is created with a WARNING instead of refused,
+-- so that the table keeps refusing writes as it did in the source.
+-- check(): a row trigger dropped while the TRUNCATE trigger stays (and the
+-- reverse), fence_trigger() or another C function replaced, and the
+-- extension's event triggers missing or not enabled as created.
+
+CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tg oid;
+    rel oid;
+BEGIN
+    FOR tg IN
+        SELECT t.oid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+    LOOP
+        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
+            PERFORM lockfence.check_trigger(tg);
+        ELSE
+            -- A restore (pg_dump and pg_restore set check_function_bodies =
+            -- off) recreates the trigger as it was, even a broken one: it
+            -- refuses every write, as it did in the source, where the table
+            -- without it would accept any.  lockfence.check() reports it.
+            BEGIN
+                PERFORM lockfence.check_trigger(tg);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING '%', SQLERRM
+                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
+                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
+            END;
+        END IF;
+    END LOOP;
+
+    FOR rel IN
+        SELECT DISTINCT c.objid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid = 0
+           AND r.relkind IN ('r', 'p', 'f')
+    LOOP
+        PERFORM lockfence.cover_descendants(rel);
+    END LOOP;
+
+    PERFORM lockfence.check_alter_table();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lockfence.check()
+RETURNS TABLE (severity text, finding text, detail text, hint text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
+    r record;
+    endpoints text;
+    st record;
+BEGIN
+    -- The metrics are there only when the library was preloaded (reading
+    -- shared_preload_libraries itself needs pg_read_all_settings).
+    BEGIN
+        PERFORM FROM lockfence.read_metrics() LIMIT 1;
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
+        RETURN QUERY SELECT 'warning', 'not_preloaded',
+            'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
+            'Add lockfence to shared_preload_libraries and restart the server.';
+    END;
+
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RETURN QUERY SELECT 'info', 'in_recovery',
+            'The server is in recovery (a standby): fence() and writes to protected tables are refused with SQLSTATE 25006.',
+            'Fence and write on the primary.';
+    END IF;
+
+    FOR r IN
+        SELECT tg.oid, tg.tgname, tg.tgrelid::pg_catalog.regclass AS rel,
+               tg.tgenabled, tg.tgqual IS NOT NULL AS has_when,
+               pg_catalog.cardinality(tg.tgattr::int2[]) > 0 AS has_columns
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgfoid = fence_fn
+         ORDER BY 3, 2
+    LOOP
+        IF r.tgenabled = 'D' THEN
+            RETURN QUERY SELECT 'error', 'trigger_disabled',
+                pg_catalog.format('Trigger %I on %s is disabled: writes to the table are not fenced.', r.tgname, r.rel),
+                pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', r.rel, r.tgname);
+        ELSIF r.tgenabled = 'R' THEN
+            RETURN QUERY SELECT 'error', 'trigger_enabled_replica',
+                pg_catalog.format('Trigger %I on %s fires only when session_replication_role is replica: ordinary writes are not fenced.', r.tgname, r.rel),
+                pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', r.rel, r.tgname);
+        ELSIF r.tgenabled = 'A' THEN
+            RETURN QUERY SELECT 'warning', 'trigger_enabled_always',
+                pg_catalog.format('Trigger %I on %s also fires in logical replication apply, which stops with LF002 at the first replicated row without a token.', r.tgname, r.rel),
+                pg_catalog.format('Unless rows replicated into %s carry their tokens: ALTER TABLE %s ENABLE TRIGGER %I;', r.rel, r.rel, r.tgname);
+        END IF;
+        IF r.has_when OR r.has_columns THEN
+            RETURN QUERY SELECT 'error', 'trigger_invalid',
+                pg_catalog.format('Trigger %I on %s has a WHEN condition or a column list: some writes skip the fence.', r.tgname, r.rel),
+                pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
+        ELSE
+            BEGIN
+                PERFORM lockfence.check_trigger(r.oid);
+            EXCEPTION WHEN OTHERS THEN
+                RETURN QUERY SELECT 'error', 'trigger_invalid',
+                    pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
+                    pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
+            END;
+        END IF;
+    END LOOP;
+
+    -- The trigger function itself: replaced (CREATE OR REPLACE) by one
+    -- that does not check, every protected table accepts any write.
+    -- Every C function of the extension must come from its library.
+    FOR r IN
+        SELECT p.oid::pg_catalog.regprocedure AS fn, l.lanname, p.prosrc, p.probin
+          FROM pg_catalog.pg_proc p
+          JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+          JOIN pg_catalog.pg_depend d
+            ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid = p.oid AND d.deptype = 'e'
+          JOIN pg_catalog.pg_extension x
+            ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = x.oid AND x.extname = 'lockfence'
+         WHERE (p.oid = fence_fn
+                AND (l.lanname <> 'c' OR p.prosrc <> 'lockfence_fence_trigger'))
+            OR (l.lanname = 'c' AND p.probin IS DISTINCT FROM 'MODULE_PATHNAME')
+         ORDER BY 1
+    LOOP
+        RETURN QUERY SELECT 'error', 'function_replaced',
+            pg_catalog.format('Function %s of lockfence was replaced (language %s, %s): %s',
+                              r.fn, r.lanname,
+                              CASE WHEN r.lanname = 'c'
+                                   THEN pg_catalog.format('symbol %s in %s', r.prosrc, r.probin)
+                                   ELSE 'not the extension''s code' END,
+                              CASE WHEN r.fn = fence_fn::pg_catalog.regprocedure
+                                   THEN 'writes to protected tables are not checked as lockfence checks them.'
+                                   ELSE 'it does not do what lockfence''s function does.' END),
+            'Drop and create the extension again (unprotect the tables first, and protect them again after).';
+    END LOOP;
+
+    -- A table whose lockfence TRUNCATE trigger stayed while its row trigger
+    -- went (DROP TRIGGER): its rows are written unchecked.  And a table
+    -- with a row trigger of its own but no TRUNCATE trigger: TRUNCATE is
+    -- not fenced (partitions are checked below).
+    FOR r IN
+        SELECT DISTINCT tg.tgrelid::pg_catalog.regclass AS rel,
+               (tg.tgtype::int & 1) = 0 AS row_missing
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgfoid = fence_fn
+           AND CASE WHEN (tg.tgtype::int & 1) = 0
+               THEN NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                 WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
+                                   AND (x.tgtype::int & 1) = 1)
+               ELSE tg.tgparentid = 0
+                    -- a row trigger check_trigger() refuses is reported above
+                    AND (tg.tgtype::int & 2) <> 0 AND tg.tgqual IS NULL
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
+                                       AND (x.tgtype::int & 1) = 0
+                                       AND (x.tgtype::int & 32) <> 0)
+               END
+         ORDER BY 1, 2
+    LOOP
+        IF r.row_missing THEN
+            RETURN QUERY SELECT 'error', 'row_trigger_missing',
+                pg_catalog.format('Table %s has a lockfence TRUNCATE trigger but no lockfence row trigger: its rows are written without a token check.', r.rel),
+                pg_catalog.format('SELECT lockfence.unprotect(%L); then SELECT lockfence.protect(%L, ...) again.', r.rel::text, r.rel::text);
+        ELSE
+            RETURN QUERY SELECT 'error', 'truncate_trigger_missing',
+                pg_catalog.format('Table %s has a lockfence row trigger but no lockfence TRUNCATE trigger: TRUNCATE of the table is not fenced.', r.rel),
+                pg_catalog.format('SELECT lockfence.unprotect(%L); then SELECT lockfence.protect(%L, ...) again.', r.rel::text, r.rel::text);
+        END IF;
+    END LOOP;
+
+    -- Descendants of protected tables without the protected ancestor's
+    -- row trigger, or without its TRUNCATE trigger (copied by name).
+    FOR r IN
+        WITH prot AS (
+            SELECT DISTINCT tg.tgrelid AS relid, tg.tgname,
+                   (tg.tgtype::int & 1) = 1 AS is_row
+              FROM pg_catalog.pg_trigger tg
+             WHERE tg.tgfoid = fence_fn AND tg.tgparentid = 0
+        )
+        SELECT DISTINCT p.relid::pg_catalog.regclass AS parent,
+               i.inhrelid::pg_catalog.regclass AS child, c.relispartition,
+               p.tgname, p.is_row
+          FROM prot p
+          JOIN pg_catalog.pg_partition_tree(p.relid) pt ON pt.relid <> p.relid
+          JOIN pg_catalog.pg_inherits i ON i.inhrelid = pt.relid
+          JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+         WHERE (p.is_row AND NOT EXISTS (
+                    SELECT FROM pg_catalog.pg_trigger x
+                     WHERE x.tgrelid = i.inhrelid AND x.tgfoid = fence_fn
+                       AND (x.tgtype::int & 1) = 1))
+            OR (NOT p.is_row AND NOT EXISTS (
+                    SELECT FROM pg_catalog.pg_trigger x
+                     WHERE x.tgrelid = i.inhrelid AND x.tgname = p.tgname))
+         ORDER BY 1, 2
+    LOOP
+        RETURN QUERY SELECT 'error', 'partition_unprotected',
+            pg_catalog.format('Partition %s of protected table %s has no lockfence %s trigger: %s',
+                              r.child, r.parent,
+                              CASE WHEN r.is_row THEN 'row' ELSE 'TRUNCATE' END,
+                              CASE WHEN r.is_row THEN 'its rows are written without a token check.'
+                                   ELSE 'TRUNCATE of the partition is not fenced.' END),
+            pg_catalog.format('SELECT lockfence.cover_descendants(%L);', r.parent::text);
+    END LOOP;
+
+    -- Children by plain inheritance are written without the parent's
+    -- triggers (pg_partition_tree does not show them).
+    FOR r IN
+        SELECT DISTINCT tg.tgrelid::pg_catalog.regclass AS parent,
+               i.inhrelid::pg_catalog.regclass AS child
+          FROM pg_catalog.pg_trigger tg
+          JOIN pg_catalog.pg_inherits i ON i.inhparent = tg.tgrelid
+          JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+         WHERE tg.tgfoid = fence_fn AND NOT c.relispartition
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid = i.inhrelid AND x.tgfoid = fence_fn)
+         ORDER BY 1, 2
+    LOOP
+        RETURN QUERY SELECT 'error', 'inheritance_child_unprotected',
+            pg_catalog.format('Table %s inherits from protected table %s without its triggers.', r.child, r.parent),
+            'Use declarative partitioning, or protect the child table too.';
+    END LOOP;
+
+    FOR r IN
+        SELECT pt.pubname, p.puballtables
+          FROM pg_catalog.pg_publication_tables pt
+          JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname
+         WHERE pt.schemaname = 'lockfence' AND pt.tablename = 'fences'
+         ORDER BY 1
+    LOOP
+        RETURN QUERY SELECT 'error', 'fences_published',
+            pg_catalog.format('Publication %I publishes lockfence.fences%s: its subscribers'' fences follow this server''s, moving their own back or stopping the subscription.',
+                              r.pubname, CASE WHEN r.puballtables THEN ' (FOR ALL TABLES)' ELSE '' END),
+            CASE WHEN r.puballtables
+                 THEN pg_catalog.format('Publish the tables by name or schema instead: DROP PUBLICATION %I; CREATE PUBLICATION %I FOR TABLE ...;', r.pubname, r.pubname)
+                 ELSE pg_catalog.format('ALTER PUBLICATION %I DROP TABLE lockfence.fences; (or DROP TABLES IN SCHEMA lockfence)', r.pubname)
+            END;
+    END LOOP;
+
+    -- The extension's event triggers: the guards that refuse drops and
+    -- publications fire ALWAYS (also with session_replication_role =
+    -- replica); the one that validates DDL on protected tables fires
+    -- unless disabled or limited to replica sessions.
+    FOR r IN
+        SELECT v.evtname, v.want, e.evtenabled
+          FROM (VALUES ('lockfence_check_new_triggers', 'O'),
+                       ('lockfence_check_publications', 'A'),
+                       ('lockfence_guard_drop', 'A')) AS v(evtname, want)
+          LEFT JOIN (pg_catalog.pg_event_trigger e
+                     JOIN pg_catalog.pg_depend d
+                       ON d.classid = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass
+                      AND d.objid = e.oid AND d.deptype = 'e'
+                     JOIN pg_catalog.pg_extension x
+                       ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                      AND d.refobjid = x.oid AND x.extname = 'lockfence')
+            ON e.evtname = v.evtname
+         ORDER BY 1
+    LOOP
+        IF r.evtenabled IS NULL THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_missing',
+                pg_catalog.format('Event trigger %I of lockfence is missing.', r.evtname),
+                'Drop and create the extension again (unprotect the tables first, and protect them again after).';
+        ELSIF r.evtenabled = 'D' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_disabled',
+                pg_catalog.format('Event trigger %I of lockfence is disabled.', r.evtname),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE%s;', r.evtname,
+                                  CASE WHEN r.want = 'A' THEN ' ALWAYS' ELSE '' END);
+        ELSIF r.want = 'A' AND r.evtenabled <> 'A' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_not_always',
+                pg_catalog.format('Event trigger %I of lockfence does not fire in sessions with session_replication_role = %s.',
+                                  r.evtname, CASE WHEN r.evtenabled = 'R' THEN 'origin' ELSE 'replica' END),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE ALWAYS;', r.evtname);
+        ELSIF r.want = 'O' AND r.evtenabled = 'R' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_enabled_replica',
+                pg_catalog.format('Event trigger %I of lockfence fires only when session_replication_role is replica.', r.evtname),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE;', r.evtname);
+        END IF;
+    END LOOP;
+
+    -- etcd is probed when it is configured (endpoints not the default) or
+    -- when a lock function has been granted to anyone.
+    endpoints := pg_catalog.current_setting('lockfence.etcd_endpoints', true);
+    IF coalesce(endpoints, '') <> '' AND (
+        coalesce((SELECT s.source <> 'default' FROM pg_catalog.pg_settings s
+                   WHERE s.name = 'lockfence.etcd_endpoints'), true)
+        OR EXISTS (SELECT FROM pg_catalog.pg_proc p,
+                               LATERAL pg_catalog.aclexplode(p.proacl) a
+                    WHERE p.pronamespace = 'lockfence'::pg_catalog.regnamespace
+                      AND p.proname IN ('etcd_lock', 'etcd_try_lock', 'etcd_lock_and_fence', 'etcd_lock_many')
+                      AND a.grantee <> p.proowner)) THEN
+        IF NOT pg_catalog.has_function_privilege('lockfence.etcd_status(integer)', 'EXECUTE') THEN
+            RETURN QUERY SELECT 'info', 'etcd_not_probed',
+                'lockfence.etcd_endpoints is set, but this role may not call lockfence.etcd_status(), so etcd was not probed.',
+                'Run lockfence.check() as a role granted EXECUTE on lockfence.etcd_status(integer).';
+        ELSE
+            BEGIN
+                SELECT * INTO st FROM lockfence.etcd_status(2000);
+                IF st.leader IS NULL THEN
+                    RETURN QUERY SELECT 'error', 'etcd_no_leader',
+                        pg_catalog.format('etcd endpoint %s answered, but the cluster has no leader: locks cannot be acquired.', st.endpoint),
+                        'Check the etcd cluster: a majority of its members must be up and connected.';
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                RETURN QUERY SELECT 'error', 'etcd_unreachable',
+                    pg_catalog.format('No etcd endpoint of "%s" answered a status request within 2 s: %s', endpoints, SQLERRM),
+                    'Check lockfence.etcd_endpoints, the etcd servers and the network (and TLS or authentication settings).';
+            END;
+        END IF;
+    END IF;
+END
+$$;
+
+
+-- privileges (issue 17, item 12)
+--
+-- A new installation grants PUBLIC nothing that advances a fence or a
+-- lease; this update keeps the grants an installation has, so that running
+-- applications do not break: it adds lockfence.grant_usage(role), and says
+-- (WARNING: extension scripts run with client_min_messages at least
+-- warning) how to tighten.
+
+-- The functions an application role is granted, one regprocedure a row.
+CREATE FUNCTION lockfence.usage_functions(etcd boolean DEFAULT false)
+RETURNS SETOF regprocedure
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT f::regprocedure
+      FROM unnest(ARRAY['lockfence.fence(text, bigint, text)',
+                        'lockfence.try_fence(text, bigint, text)',
+                        'lockfence.fence(text[], bigint, text)',
+                        'lockfence.try_fence(text[], bigint, text)',
+                        'lockfence.lease_acquire(text, interval, text, interval)',
+                        'lockfence.lease_try_acquire(text, interval, text)',
+                        'lockfence.lease_renew(text, bigint, interval)',
+                        'lockfence.lease_release(text, bigint)']) AS f
+    UNION ALL
+    SELECT f::regprocedure
+      FROM unnest(ARRAY['lockfence.etcd_lock(text, integer, interval, text)',
+                        'lockfence.etcd_try_lock(text, integer, text)',
+                        'lockfence.etcd_unlock(text, boolean)',
+                        'lockfence.etcd_keepalive(bigint)',
+                        'lockfence.etcd_lock_and_fence(text, text, integer, interval, text)',
+                        'lockfence.etcd_lock_many(text[], integer, interval, text)',
+                        'lockfence.etcd_lock_and_fence(text[], text[], integer, interval, text)']) AS f
+     WHERE usage_functions.etcd
+$$;
+
+COMMENT ON FUNCTION lockfence.usage_functions(boolean) IS
+    'The functions grant_usage() grants: fences and leases (and etcd locks with etcd => true)';
+
+-- GRANT (or REVOKE) EXECUTE on usage_functions(etcd) to (from) a role.
+-- Runs with the caller's rights: the caller must be allowed to grant them
+-- (the extension's owner, or a role granted them WITH GRANT OPTION).
+CREATE FUNCTION lockfence.grant_usage(role regrole, etcd boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF grant_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.grant_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(grant_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f, grant_usage.role);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.grant_usage(regrole, boolean) IS
+    'Let a role fence resources and take leases (and etcd locks with etcd => true)';
+
+CREATE FUNCTION lockfence.revoke_usage(role regrole, etcd boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF revoke_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.revoke_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.revoke_usage(regrole, boolean) IS
+    'Undo grant_usage() (with etcd => false, keep the etcd lock functions)';
+
+REVOKE ALL ON FUNCTION lockfence.grant_usage(regrole, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.revoke_usage(regrole, boolean) FROM PUBLIC;
+
+DO $$
+DECLARE
+    open_fns text;
+BEGIN
+    -- Named schema-qualified whatever the script's search_path.
+    SELECT pg_catalog.string_agg(n.name, ', ' ORDER BY n.name) INTO open_fns
+      FROM lockfence.usage_functions(false) AS f
+      JOIN pg_catalog.pg_proc p ON p.oid = f
+     CROSS JOIN LATERAL (SELECT pg_catalog.format('lockfence.%I(%s)', p.proname,
+                                                  pg_catalog.oidvectortypes(p.proargtypes))) AS n(name)
+     WHERE pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE');
+    IF open_fns IS NOT NULL THEN
+        RAISE WARNING 'PUBLIC may still execute lockfence functions that advance fences and leases: %', open_fns
+            USING DETAIL = 'lockfence 1.4 installed fresh grants them to no one; this update keeps the existing grants so that running applications do not break.',
+                  HINT = 'Grant them to the application roles with SELECT lockfence.grant_usage(''app_role''); then REVOKE EXECUTE ON FUNCTION ' || open_fns || ' FROM PUBLIC;';
+    END IF;
+END
+$$;

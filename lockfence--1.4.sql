@@ -460,7 +460,8 @@ COMMENT ON FUNCTION lockfence.check_alter_table() IS
     'Refuse or cover ALTER TABLE subcommands that write rows unfenced';
 
 -- Report a misused fence_trigger() when the trigger is created rather than
--- at the first write, cover new partitions of protected tables, and refuse
+-- at the first write (with check_function_bodies off, as in a restore, as
+-- a warning: the trigger fails closed), cover new partitions of protected tables, and refuse
 -- ALTER TABLE subcommands that would let rows be written unfenced.
 CREATE FUNCTION lockfence.check_new_triggers()
 RETURNS event_trigger
@@ -478,7 +479,21 @@ BEGIN
          WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
            AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
     LOOP
-        PERFORM lockfence.check_trigger(tg);
+        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
+            PERFORM lockfence.check_trigger(tg);
+        ELSE
+            -- A restore (pg_dump and pg_restore set check_function_bodies =
+            -- off) recreates the trigger as it was, even a broken one: it
+            -- refuses every write, as it did in the source, where the table
+            -- without it would accept any.  lockfence.check() reports it.
+            BEGIN
+                PERFORM lockfence.check_trigger(tg);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING '%', SQLERRM
+                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
+                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
+            END;
+        END IF;
     END LOOP;
 
     FOR rel IN
@@ -801,22 +816,32 @@ $$;
 COMMENT ON FUNCTION lockfence.unprotect(regclass) IS
     'Drop the lockfence triggers that protect a table';
 
--- Refuse DROP EXTENSION lockfence (and DROP SCHEMA lockfence, DROP OWNED BY
--- its owner) while tables are protected: CASCADE would drop every protection with a NOTICE, and a
--- new CREATE EXTENSION would not restore them.  An event trigger rather
--- than a hook, so that it works without shared_preload_libraries; it fires
--- before the drop, while it still exists.  ENABLE ALWAYS: also in sessions
--- with session_replication_role = replica.
+-- Refuse what would take lockfence's protection away from tables that
+-- stay: a drop that, with CASCADE, would drop lockfence while tables are
+-- protected (DROP EXTENSION lockfence, DROP SCHEMA of its schema under any
+-- name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...) or a
+-- lockfence trigger of a table it does not drop; ALTER EXTENSION lockfence
+-- DROP while tables are protected; and renaming its schema.  CASCADE would
+-- drop every protection with a NOTICE, and a new CREATE EXTENSION would
+-- not restore them.  An event trigger rather than a hook, so that it works
+-- without shared_preload_libraries; it fires before the drop, while it
+-- still exists.  ENABLE ALWAYS: also in sessions with
+-- session_replication_role = replica.
 CREATE FUNCTION lockfence.guard_drop()
 RETURNS event_trigger
 AS 'MODULE_PATHNAME', 'lockfence_guard_drop'
 LANGUAGE C;
 
 COMMENT ON FUNCTION lockfence.guard_drop() IS
-    'Refuse to drop lockfence while tables are protected by it';
+    'Refuse to drop lockfence, or a lockfence trigger, while tables are protected by it';
 
 CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED',
+                 'DROP LANGUAGE', 'DROP FUNCTION', 'DROP PROCEDURE',
+                 'DROP ROUTINE', 'DROP AGGREGATE', 'DROP TYPE', 'DROP DOMAIN',
+                 'DROP TABLE', 'DROP VIEW', 'DROP MATERIALIZED VIEW',
+                 'DROP SEQUENCE', 'DROP FOREIGN TABLE',
+                 'ALTER EXTENSION', 'ALTER SCHEMA')
     EXECUTE FUNCTION lockfence.guard_drop();
 
 ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;
@@ -875,6 +900,37 @@ CREATE EVENT TRIGGER lockfence_check_publications ON ddl_command_end
     EXECUTE FUNCTION lockfence.check_publications();
 
 ALTER EVENT TRIGGER lockfence_check_publications ENABLE ALWAYS;
+
+-- A publication made before the extension (FOR ALL TABLES, or FOR TABLES
+-- IN SCHEMA lockfence with the schema made beforehand) publishes
+-- lockfence.fences from now on: refused as the event trigger refuses it
+-- (issue 23, item 7).
+DO $$
+DECLARE
+    p record;
+BEGIN
+    IF coalesce(pg_catalog.current_setting('lockfence.allow_publish_fences', true),
+                'off')::boolean THEN
+        RETURN;
+    END IF;
+    FOR p IN
+        SELECT pub.pubname, pub.puballtables
+          FROM pg_catalog.pg_publication pub
+          JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = pub.pubname
+         WHERE pt.schemaname = 'lockfence' AND pt.tablename = 'fences'
+         ORDER BY 1
+         LIMIT 1
+    LOOP
+        RAISE EXCEPTION 'publication "%" would publish lockfence.fences', p.pubname
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'A subscriber''s fences must be its own: following the publisher''s would move them back, or stop the subscription with a unique violation.',
+                  HINT = CASE WHEN p.puballtables
+                         THEN 'Publish the application''s tables by name or by schema instead of FOR ALL TABLES, or SET lockfence.allow_publish_fences = on to create the extension anyway.'
+                         ELSE 'Leave the lockfence schema out of the publication, or SET lockfence.allow_publish_fences = on to create the extension anyway.'
+                         END;
+    END LOOP;
+END
+$$;
 
 -- Ask the etcd endpoints for their status (for check()).
 CREATE FUNCTION lockfence.etcd_status(timeout_ms integer DEFAULT 1000,
@@ -953,6 +1009,70 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- The trigger function itself: replaced (CREATE OR REPLACE) by one
+    -- that does not check, every protected table accepts any write.
+    -- Every C function of the extension must come from its library.
+    FOR r IN
+        SELECT p.oid::pg_catalog.regprocedure AS fn, l.lanname, p.prosrc, p.probin
+          FROM pg_catalog.pg_proc p
+          JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+          JOIN pg_catalog.pg_depend d
+            ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid = p.oid AND d.deptype = 'e'
+          JOIN pg_catalog.pg_extension x
+            ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = x.oid AND x.extname = 'lockfence'
+         WHERE (p.oid = fence_fn
+                AND (l.lanname <> 'c' OR p.prosrc <> 'lockfence_fence_trigger'))
+            OR (l.lanname = 'c' AND p.probin IS DISTINCT FROM 'MODULE_PATHNAME')
+         ORDER BY 1
+    LOOP
+        RETURN QUERY SELECT 'error', 'function_replaced',
+            pg_catalog.format('Function %s of lockfence was replaced (language %s, %s): %s',
+                              r.fn, r.lanname,
+                              CASE WHEN r.lanname = 'c'
+                                   THEN pg_catalog.format('symbol %s in %s', r.prosrc, r.probin)
+                                   ELSE 'not the extension''s code' END,
+                              CASE WHEN r.fn = fence_fn::pg_catalog.regprocedure
+                                   THEN 'writes to protected tables are not checked as lockfence checks them.'
+                                   ELSE 'it does not do what lockfence''s function does.' END),
+            'Drop and create the extension again (unprotect the tables first, and protect them again after).';
+    END LOOP;
+
+    -- A table whose lockfence TRUNCATE trigger stayed while its row trigger
+    -- went (DROP TRIGGER): its rows are written unchecked.  And a table
+    -- with a row trigger of its own but no TRUNCATE trigger: TRUNCATE is
+    -- not fenced (partitions are checked below).
+    FOR r IN
+        SELECT DISTINCT tg.tgrelid::pg_catalog.regclass AS rel,
+               (tg.tgtype::int & 1) = 0 AS row_missing
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgfoid = fence_fn
+           AND CASE WHEN (tg.tgtype::int & 1) = 0
+               THEN NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                 WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
+                                   AND (x.tgtype::int & 1) = 1)
+               ELSE tg.tgparentid = 0
+                    -- a row trigger check_trigger() refuses is reported above
+                    AND (tg.tgtype::int & 2) <> 0 AND tg.tgqual IS NULL
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
+                                       AND (x.tgtype::int & 1) = 0
+                                       AND (x.tgtype::int & 32) <> 0)
+               END
+         ORDER BY 1, 2
+    LOOP
+        IF r.row_missing THEN
+            RETURN QUERY SELECT 'error', 'row_trigger_missing',
+                pg_catalog.format('Table %s has a lockfence TRUNCATE trigger but no lockfence row trigger: its rows are written without a token check.', r.rel),
+                pg_catalog.format('SELECT lockfence.unprotect(%L); then SELECT lockfence.protect(%L, ...) again.', r.rel::text, r.rel::text);
+        ELSE
+            RETURN QUERY SELECT 'error', 'truncate_trigger_missing',
+                pg_catalog.format('Table %s has a lockfence row trigger but no lockfence TRUNCATE trigger: TRUNCATE of the table is not fenced.', r.rel),
+                pg_catalog.format('SELECT lockfence.unprotect(%L); then SELECT lockfence.protect(%L, ...) again.', r.rel::text, r.rel::text);
+        END IF;
+    END LOOP;
+
     -- Descendants of protected tables without the protected ancestor's
     -- row trigger, or without its TRUNCATE trigger (copied by name).
     FOR r IN
@@ -1021,23 +1141,44 @@ BEGIN
             END;
     END LOOP;
 
+    -- The extension's event triggers: the guards that refuse drops and
+    -- publications fire ALWAYS (also with session_replication_role =
+    -- replica); the one that validates DDL on protected tables fires
+    -- unless disabled or limited to replica sessions.
     FOR r IN
-        SELECT e.evtname, e.evtenabled
-          FROM pg_catalog.pg_event_trigger e
-          JOIN pg_catalog.pg_depend d
-            ON d.classid = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass
-           AND d.objid = e.oid AND d.deptype = 'e'
-          JOIN pg_catalog.pg_extension x
-            ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = x.oid AND x.extname = 'lockfence'
-         WHERE e.evtenabled = 'D'
+        SELECT v.evtname, v.want, e.evtenabled
+          FROM (VALUES ('lockfence_check_new_triggers', 'O'),
+                       ('lockfence_check_publications', 'A'),
+                       ('lockfence_guard_drop', 'A')) AS v(evtname, want)
+          LEFT JOIN (pg_catalog.pg_event_trigger e
+                     JOIN pg_catalog.pg_depend d
+                       ON d.classid = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass
+                      AND d.objid = e.oid AND d.deptype = 'e'
+                     JOIN pg_catalog.pg_extension x
+                       ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                      AND d.refobjid = x.oid AND x.extname = 'lockfence')
+            ON e.evtname = v.evtname
          ORDER BY 1
     LOOP
-        RETURN QUERY SELECT 'warning', 'event_trigger_disabled',
-            pg_catalog.format('Event trigger %I of lockfence is disabled.', r.evtname),
-            pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE%s;', r.evtname,
-                              CASE WHEN r.evtname = 'lockfence_check_new_triggers'
-                                   THEN '' ELSE ' ALWAYS' END);
+        IF r.evtenabled IS NULL THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_missing',
+                pg_catalog.format('Event trigger %I of lockfence is missing.', r.evtname),
+                'Drop and create the extension again (unprotect the tables first, and protect them again after).';
+        ELSIF r.evtenabled = 'D' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_disabled',
+                pg_catalog.format('Event trigger %I of lockfence is disabled.', r.evtname),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE%s;', r.evtname,
+                                  CASE WHEN r.want = 'A' THEN ' ALWAYS' ELSE '' END);
+        ELSIF r.want = 'A' AND r.evtenabled <> 'A' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_not_always',
+                pg_catalog.format('Event trigger %I of lockfence does not fire in sessions with session_replication_role = %s.',
+                                  r.evtname, CASE WHEN r.evtenabled = 'R' THEN 'origin' ELSE 'replica' END),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE ALWAYS;', r.evtname);
+        ELSIF r.want = 'O' AND r.evtenabled = 'R' THEN
+            RETURN QUERY SELECT 'warning', 'event_trigger_enabled_replica',
+                pg_catalog.format('Event trigger %I of lockfence fires only when session_replication_role is replica.', r.evtname),
+                pg_catalog.format('ALTER EVENT TRIGGER %I ENABLE;', r.evtname);
+        END IF;
     END LOOP;
 
     -- etcd is probed when it is configured (endpoints not the default) or
@@ -1241,3 +1382,99 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
     'End a lease at once; false when it had expired or was taken over';
+
+-- privileges (issue 17, item 12)
+--
+-- Nothing that advances a fence or a lease is executable by PUBLIC: a role
+-- that may fence a resource can lock its holder out (a higher token), and
+-- one that may renew or release a lease can keep or end another's.
+-- lockfence.grant_usage(role) gives an application role exactly these
+-- functions (and, with etcd => true, the etcd lock functions).  Writing a
+-- protected table needs no grant here: the trigger runs for any writer.
+REVOKE EXECUTE ON FUNCTION lockfence.fence(text, bigint, text),
+    lockfence.try_fence(text, bigint, text),
+    lockfence.fence(text[], bigint, text),
+    lockfence.try_fence(text[], bigint, text),
+    lockfence.lease_acquire(text, interval, text, interval),
+    lockfence.lease_try_acquire(text, interval, text),
+    lockfence.lease_renew(text, bigint, interval),
+    lockfence.lease_release(text, bigint)
+    FROM PUBLIC;
+
+-- The functions an application role is granted, one regprocedure a row.
+CREATE FUNCTION lockfence.usage_functions(etcd boolean DEFAULT false)
+RETURNS SETOF regprocedure
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT f::regprocedure
+      FROM unnest(ARRAY['lockfence.fence(text, bigint, text)',
+                        'lockfence.try_fence(text, bigint, text)',
+                        'lockfence.fence(text[], bigint, text)',
+                        'lockfence.try_fence(text[], bigint, text)',
+                        'lockfence.lease_acquire(text, interval, text, interval)',
+                        'lockfence.lease_try_acquire(text, interval, text)',
+                        'lockfence.lease_renew(text, bigint, interval)',
+                        'lockfence.lease_release(text, bigint)']) AS f
+    UNION ALL
+    SELECT f::regprocedure
+      FROM unnest(ARRAY['lockfence.etcd_lock(text, integer, interval, text)',
+                        'lockfence.etcd_try_lock(text, integer, text)',
+                        'lockfence.etcd_unlock(text, boolean)',
+                        'lockfence.etcd_keepalive(bigint)',
+                        'lockfence.etcd_lock_and_fence(text, text, integer, interval, text)',
+                        'lockfence.etcd_lock_many(text[], integer, interval, text)',
+                        'lockfence.etcd_lock_and_fence(text[], text[], integer, interval, text)']) AS f
+     WHERE usage_functions.etcd
+$$;
+
+COMMENT ON FUNCTION lockfence.usage_functions(boolean) IS
+    'The functions grant_usage() grants: fences and leases (and etcd locks with etcd => true)';
+
+-- GRANT (or REVOKE) EXECUTE on usage_functions(etcd) to (from) a role.
+-- Runs with the caller's rights: the caller must be allowed to grant them
+-- (the extension's owner, or a role granted them WITH GRANT OPTION).
+CREATE FUNCTION lockfence.grant_usage(role regrole, etcd boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF grant_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.grant_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(grant_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f, grant_usage.role);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.grant_usage(regrole, boolean) IS
+    'Let a role fence resources and take leases (and etcd locks with etcd => true)';
+
+CREATE FUNCTION lockfence.revoke_usage(role regrole, etcd boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF revoke_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.revoke_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.revoke_usage(regrole, boolean) IS
+    'Undo grant_usage() (with etcd => false, keep the etcd lock functions)';
+
+REVOKE ALL ON FUNCTION lockfence.grant_usage(regrole, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.revoke_usage(regrole, boolean) FROM PUBLIC;

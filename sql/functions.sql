@@ -135,8 +135,14 @@ ROLLBACK TO SAVEPOINT s;
 SELECT lockfence.current_token('orders');
 COMMIT;
 
--- privileges: PUBLIC may fence and read, not write the table or reset
+-- privileges: PUBLIC may read, not fence, write the table or reset;
+-- lockfence.grant_usage() lets a role fence
 CREATE ROLE lockfence_app;
+SET ROLE lockfence_app;
+SELECT lockfence.fence('app', 1);
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+RESET ROLE;
+SELECT lockfence.grant_usage('lockfence_app');
 SET ROLE lockfence_app;
 SELECT lockfence.fence('app', 1);
 SELECT lockfence.current_token('app');
@@ -175,6 +181,7 @@ SELECT c.relname, e.extcondition
   JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'lockfence';
 
+SELECT lockfence.revoke_usage('lockfence_app');
 DROP ROLE lockfence_app;
 
 -- dropping the extension removes everything, event trigger included

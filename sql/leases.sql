@@ -108,7 +108,7 @@ SELECT token FROM lockfence.lease_acquire('rolled', '1 minute');
 ROLLBACK;
 SELECT count(*) FROM lockfence.fences WHERE resource = 'rolled';
 
--- who may call them: PUBLIC, like fence()
+-- who may call them: not PUBLIC, like fence() (lockfence.grant_usage() grants them)
 SELECT p.oid::regprocedure, has_function_privilege('public', p.oid, 'EXECUTE') AS public
   FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
    AND p.proname LIKE 'lease%' ORDER BY 1;

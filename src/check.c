@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * check.c
- *	  Deployment safeguards: the DROP EXTENSION guard and the etcd probe
+ *	  Deployment safeguards: the drop guard and the etcd probe
  *	  used by lockfence.check().
  *
  * Both are called from SQL objects of the extension (an event trigger and
@@ -15,8 +15,20 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
+#include "commands/extension.h"
+#include "commands/proclang.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "parser/parse_func.h"
+#include "parser/parse_type.h"
+#include "utils/array.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
@@ -64,59 +76,211 @@ lockfence_check_init(void)
 }
 
 /*
- * Does a DROP statement name lockfence's extension or schema?  The names
- * in a DropStmt of these kinds are String nodes.
+ * The objects a DROP statement names, appended to *classids and *objids.
+ * Names that do not resolve are skipped: the statement itself reports
+ * them.  No lock is taken here (the drop takes its own); kinds of objects
+ * that nothing of lockfence can depend on are not collected.
  */
-static bool
-drop_names_lockfence(DropStmt *stmt)
+static void
+drop_targets(DropStmt *stmt, List **classids, List **objids)
 {
 	ListCell   *lc;
 
-	if (stmt->removeType != OBJECT_EXTENSION &&
-		stmt->removeType != OBJECT_SCHEMA)
-		return false;
 	foreach(lc, stmt->objects)
 	{
-		Node	   *name = lfirst(lc);
+		Node	   *obj = lfirst(lc);
+		Oid			classid = InvalidOid;
+		Oid			objid = InvalidOid;
 
-		if (IsA(name, String) && strcmp(strVal(name), "lockfence") == 0)
-			return true;
+		switch (stmt->removeType)
+		{
+			case OBJECT_EXTENSION:
+				classid = ExtensionRelationId;
+				objid = get_extension_oid(strVal(obj), true);
+				break;
+			case OBJECT_SCHEMA:
+				classid = NamespaceRelationId;
+				objid = get_namespace_oid(strVal(obj), true);
+				break;
+			case OBJECT_LANGUAGE:
+				classid = LanguageRelationId;
+				objid = get_language_oid(strVal(obj), true);
+				break;
+			case OBJECT_FUNCTION:
+			case OBJECT_PROCEDURE:
+			case OBJECT_ROUTINE:
+			case OBJECT_AGGREGATE:
+				classid = ProcedureRelationId;
+				objid = LookupFuncWithArgs(stmt->removeType,
+										   castNode(ObjectWithArgs, obj), true);
+				break;
+			case OBJECT_TYPE:
+			case OBJECT_DOMAIN:
+				classid = TypeRelationId;
+				objid = LookupTypeNameOid(NULL, castNode(TypeName, obj), true);
+				break;
+			case OBJECT_TABLE:
+			case OBJECT_VIEW:
+			case OBJECT_MATVIEW:
+			case OBJECT_SEQUENCE:
+			case OBJECT_FOREIGN_TABLE:
+				classid = RelationRelationId;
+				objid = RangeVarGetRelid(makeRangeVarFromNameList(castNode(List, obj)),
+										 NoLock, true);
+				break;
+			default:
+				break;
+		}
+		if (OidIsValid(objid))
+		{
+			*classids = lappend_oid(*classids, classid);
+			*objids = lappend_oid(*objids, objid);
+		}
 	}
-	return false;
+}
+
+/* An oid[] of the OIDs of a list. */
+static Datum
+oid_list_array(List *oids)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(oids), 1));
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, oids)
+		elems[i++] = ObjectIdGetDatum(lfirst_oid(lc));
+	return PointerGetDatum(construct_array(elems, i, OIDOID, sizeof(Oid),
+										   true, TYPALIGN_INT));
 }
 
 /*
- * Does DROP OWNED name the owner of the lockfence extension?  DROP OWNED
- * drops the extension with the rest of the role's objects.
+ * What a drop would take with it, computed from pg_depend the way
+ * dependency.c does: everything that depends on a doomed object, and the
+ * owner of a doomed internal part or extension member (dropping a member
+ * by CASCADE drops its whole extension: DROP EXTENSION plpgsql CASCADE
+ * drops lockfence, whose trigger helpers are written in PL/pgSQL).
  */
-static bool
-drop_owned_lockfence(DropOwnedStmt *stmt)
+#define DOOMED_CTE \
+	"WITH RECURSIVE doomed(classid, objid, objsubid) AS (" \
+	"    SELECT s.c, s.o, 0" \
+	"      FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.oid[]), pg_catalog.unnest($2::pg_catalog.oid[])) AS s(c, o)" \
+	"  UNION" \
+	"    SELECT n.classid, n.objid, n.objsubid" \
+	"      FROM doomed x, LATERAL (" \
+	"        SELECT d.classid, d.objid, d.objsubid FROM pg_catalog.pg_depend d" \
+	"         WHERE d.refclassid = x.classid AND d.refobjid = x.objid" \
+	"           AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)" \
+	"        UNION ALL" \
+	"        SELECT d.refclassid, d.refobjid, d.refobjsubid FROM pg_catalog.pg_depend d" \
+	"         WHERE d.classid = x.classid AND d.objid = x.objid" \
+	"           AND d.deptype IN ('i', 'e')) AS n" \
+	") "
+
+/*
+ * Would dropping these objects (with CASCADE) drop the lockfence extension,
+ * or a lockfence trigger of a table that stays?  Returns the extension's
+ * name or a trigger's description, or NULL.  *whole is set when it is the
+ * extension.
+ */
+static char *
+drop_takes_lockfence(List *classids, List *objids, bool *whole)
 {
-	Oid			owner = InvalidOid;
-	ListCell   *lc;
+	Oid			argtypes[2] = {OIDARRAYOID, OIDARRAYOID};
+	Datum		values[2];
+	char	   *result = NULL;
+	MemoryContext caller = CurrentMemoryContext;
+
+	*whole = false;
+	if (classids == NIL)
+		return NULL;
+	values[0] = oid_list_array(classids);
+	values[1] = oid_list_array(objids);
 
 	SPI_connect();
-	if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension"
-					" WHERE extname = 'lockfence'", true, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
+	if (SPI_execute_with_args(DOOMED_CTE
+							  "SELECT true, NULL::pg_catalog.text FROM doomed x"
+							  "  JOIN pg_catalog.pg_extension e ON e.oid = x.objid"
+							  " WHERE x.classid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
+							  "   AND e.extname = 'lockfence'"
+							  " UNION ALL "
+							  "(SELECT false, pg_catalog.format('trigger %I on table %s', t.tgname, t.tgrelid::pg_catalog.regclass)"
+							  "   FROM doomed x"
+							  "   JOIN pg_catalog.pg_trigger t ON t.oid = x.objid"
+							  "   JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
+							  "  WHERE x.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass"
+							  "    AND p.prosrc = 'lockfence_fence_trigger' AND p.probin IS NOT NULL"
+							  "    AND NOT EXISTS (SELECT FROM doomed y"
+							  "                     WHERE y.classid = 'pg_catalog.pg_class'::pg_catalog.regclass"
+							  "                       AND y.objid = t.tgrelid AND y.objsubid = 0)"
+							  "  ORDER BY 2 LIMIT 1)"
+							  " ORDER BY 1 DESC LIMIT 1",
+							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not compute what the drop would remove");
+	if (SPI_processed > 0)
 	{
 		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-									  SPI_tuptable->tupdesc, 1, &isnull);
 
-		if (!isnull)
-			owner = DatumGetObjectId(d);
+		*whole = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+											SPI_tuptable->tupdesc, 1, &isnull));
+		if (*whole)
+			result = MemoryContextStrdup(caller, "lockfence");
+		else
+			result = MemoryContextStrdup(caller,
+										 SPI_getvalue(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 2));
 	}
 	SPI_finish();
+	return result;
+}
+
+/*
+ * The objects that DROP OWNED would drop: those the roles own in this
+ * database.
+ */
+static void
+drop_owned_targets(DropOwnedStmt *stmt, List **classids, List **objids)
+{
+	List	   *roles = NIL;
+	ListCell   *lc;
+	Oid			argtypes[2] = {OIDARRAYOID, OIDOID};
+	Datum		values[2];
+	uint64		i;
+	MemoryContext caller = CurrentMemoryContext;
 
 	foreach(lc, stmt->roles)
 	{
-		RoleSpec   *role = lfirst(lc);
+		Oid			role = get_rolespec_oid(lfirst(lc), true);
 
-		if (OidIsValid(owner) && get_rolespec_oid(role, true) == owner)
-			return true;
+		if (OidIsValid(role))
+			roles = lappend_oid(roles, role);
 	}
-	return false;
+	if (roles == NIL)
+		return;
+	values[0] = oid_list_array(roles);
+	values[1] = ObjectIdGetDatum(MyDatabaseId);
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT classid, objid FROM pg_catalog.pg_shdepend"
+							  " WHERE refclassid = 'pg_catalog.pg_authid'::pg_catalog.regclass"
+							  "   AND refobjid = ANY ($1) AND dbid = $2 AND deptype = 'o'",
+							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not list the objects owned by the roles");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		MemoryContext old;
+		Oid			c = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 1, &isnull));
+		Oid			o = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+
+		/* the lists outlive SPI */
+		old = MemoryContextSwitchTo(caller);
+		*classids = lappend_oid(*classids, c);
+		*objids = lappend_oid(*objids, o);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
 }
 
 /*
@@ -133,7 +297,8 @@ count_protected_tables(char **example)
 	if (SPI_execute("SELECT count(DISTINCT t.tgrelid),"
 					"       min(t.tgrelid::pg_catalog.regclass::pg_catalog.text)"
 					"  FROM pg_catalog.pg_trigger t"
-					" WHERE t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure"
+					"  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
+					" WHERE p.prosrc = 'lockfence_fence_trigger' AND p.probin IS NOT NULL"
 					"   AND t.tgparentid = 0",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the tables protected by lockfence");
@@ -155,41 +320,129 @@ count_protected_tables(char **example)
 	return n;
 }
 
+/* The schema of the lockfence extension, or InvalidOid. */
+static Oid
+lockfence_namespace(void)
+{
+	Oid			nsp = InvalidOid;
+
+	SPI_connect();
+	if (SPI_execute("SELECT extnamespace FROM pg_catalog.pg_extension"
+					" WHERE extname = 'lockfence'", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			nsp = DatumGetObjectId(d);
+	}
+	SPI_finish();
+	return nsp;
+}
+
 /*
- * Event trigger (ddl_command_start, DROP EXTENSION, DROP SCHEMA and DROP
- * OWNED): refuse to drop lockfence while tables are protected by it.  DROP
- * EXTENSION ... CASCADE would drop every protection with a NOTICE, and a
- * new CREATE EXTENSION would leave every table silently unprotected.  The
- * statement's own names are read from its parse tree, so dropping other
- * extensions is never refused.
+ * Event trigger (ddl_command_start of the DROP statements, DROP OWNED,
+ * ALTER EXTENSION and ALTER SCHEMA): refuse what would take lockfence's
+ * protection away from tables that stay.
+ *
+ * A drop is refused when, with CASCADE, it would drop the extension while
+ * tables are protected (DROP EXTENSION lockfence, DROP SCHEMA of its schema
+ * under any name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...), or
+ * a lockfence trigger of a table it does not drop.  Whether it would is
+ * computed from pg_depend before anything is dropped; an event trigger on
+ * sql_drop could not do it, since it is dropped with the extension before
+ * it would fire.  Objects of other kinds (triggers, indexes, ...) are let
+ * through: nothing of lockfence depends on them, and DROP TRIGGER is how
+ * lockfence.unprotect() works.
+ *
+ * ALTER EXTENSION lockfence DROP (after which its members could be dropped
+ * one by one) is refused while tables are protected, and renaming the
+ * extension's schema always: its functions name it.
  */
 Datum
 lockfence_guard_drop(PG_FUNCTION_ARGS)
 {
 	EventTriggerData *trigdata;
+	Node	   *parsetree;
+	List	   *classids = NIL;
+	List	   *objids = NIL;
+	char	   *doomed;
+	bool		whole;
 	char	   *example;
 	int64		n;
 
 	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("lockfence_guard_drop() must be called as an event trigger")));
+				 errmsg("lockfence.guard_drop() must be called as an event trigger")));
 	trigdata = (EventTriggerData *) fcinfo->context;
+	parsetree = trigdata->parsetree;
+
+	/* lockfence's own install and update scripts replace its members */
+	if (creating_extension &&
+		CurrentExtensionObject == get_extension_oid("lockfence", true))
+		PG_RETURN_VOID();
+
+	if (IsA(parsetree, RenameStmt))
+	{
+		RenameStmt *stmt = (RenameStmt *) parsetree;
+		Oid			nsp;
+
+		if (stmt->renameType != OBJECT_SCHEMA)
+			PG_RETURN_VOID();
+		nsp = lockfence_namespace();
+		if (OidIsValid(nsp) && get_namespace_oid(stmt->subname, true) == nsp)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot rename schema \"%s\" of extension lockfence",
+							stmt->subname),
+					 errdetail("The functions of lockfence and the triggers that protect tables name it.")));
+		PG_RETURN_VOID();
+	}
 
 	if (allow_drop_protected)
 		PG_RETURN_VOID();
-	if (IsA(trigdata->parsetree, DropStmt))
+
+	if (IsA(parsetree, AlterExtensionContentsStmt))
 	{
-		if (!drop_names_lockfence((DropStmt *) trigdata->parsetree))
+		AlterExtensionContentsStmt *stmt = (AlterExtensionContentsStmt *) parsetree;
+
+		if (stmt->action > 0 || strcmp(stmt->extname, "lockfence") != 0)
 			PG_RETURN_VOID();
+		n = count_protected_tables(&example);
+		if (n > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg_plural("cannot remove an object from extension lockfence while %lld table is protected by it",
+								   "cannot remove an object from extension lockfence while %lld tables are protected by it",
+								   n, (long long) n),
+					 errdetail("Table %s is protected.  An object removed from the extension can be dropped "
+							   "without the extension, and the protections with it.",
+							   example ? example : "?"),
+					 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
+							 "or SET lockfence.allow_drop_protected = on.")));
+		PG_RETURN_VOID();
 	}
-	else if (IsA(trigdata->parsetree, DropOwnedStmt))
-	{
-		if (!drop_owned_lockfence((DropOwnedStmt *) trigdata->parsetree))
-			PG_RETURN_VOID();
-	}
+
+	if (IsA(parsetree, DropStmt))
+		drop_targets((DropStmt *) parsetree, &classids, &objids);
+	else if (IsA(parsetree, DropOwnedStmt))
+		drop_owned_targets((DropOwnedStmt *) parsetree, &classids, &objids);
 	else
 		PG_RETURN_VOID();
+
+	doomed = drop_takes_lockfence(classids, objids, &whole);
+	if (doomed == NULL)
+		PG_RETURN_VOID();
+	if (!whole)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("cannot drop the lockfence %s", doomed),
+				 errdetail("The table would stay, and be written without fencing tokens."),
+				 errhint("Run SELECT lockfence.unprotect(tbl) for the table first, "
+						 "or SET lockfence.allow_drop_protected = on.")));
 
 	n = count_protected_tables(&example);
 	if (n > 0)

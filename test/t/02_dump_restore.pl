@@ -165,6 +165,63 @@ $target->command_ok(
 	'plain dump restored into a new cluster');
 check_copy($target, 'dst', 'new cluster');
 
+# 3. A table whose lockfence trigger names a dropped column (issue 17,
+# item 10): in the source every write to it fails.  A restore must not turn
+# that into a table that accepts tokenless writes: the event trigger that
+# refuses a broken lockfence trigger lets it through with a warning when
+# check_function_bodies is off (as pg_dump's output and pg_restore set it),
+# the restored table keeps failing closed, and check() reports it.
+$source->safe_psql('postgres', 'CREATE DATABASE broken');
+$source->safe_psql('broken', q{
+	CREATE EXTENSION lockfence;
+	CREATE TABLE t (id int, tok bigint);
+	SELECT lockfence.protect('t', resource => 't', token_column => 'tok');
+	ALTER TABLE t DROP COLUMN tok;
+});
+my ($ret, $stdout, $stderr) = $source->psql('broken', "\\set VERBOSITY verbose\nINSERT INTO t VALUES (1)");
+like($stderr, qr/ERROR:  42703/, 'source: a write to the broken table fails (42703)');
+
+sub check_broken_copy
+{
+	my ($node, $db, $label) = @_;
+	is( $node->safe_psql($db,
+			"SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 't'::regclass"),
+		'zz_lockfence_fence,zz_lockfence_fence_truncate',
+		"$label: the broken table keeps its lockfence triggers");
+	my ($r, $o, $e) = $node->psql($db, "\\set VERBOSITY verbose\nINSERT INTO t VALUES (2)");
+	isnt($r, 0, "$label: a tokenless INSERT into it is refused");
+	like($e, qr/ERROR:  42703/, "$label: ... as in the source");
+	is($node->safe_psql($db, 'SELECT count(*) FROM t'), '0', "$label: nothing was written");
+	like( $node->safe_psql($db,
+			"SELECT string_agg(finding || ': ' || detail, E'\\n') FROM lockfence.check() WHERE severity = 'error'"),
+		qr/^trigger_invalid: Trigger zz_lockfence_fence on public\.t: column "tok" named by lockfence trigger argument "token_column" does not exist/m,
+		"$label: check() reports the broken trigger");
+	return;
+}
+
+my $broken_custom = "$tempdir/broken.dump";
+$source->command_ok([ 'pg_dump', '-Fc', '-f', $broken_custom, 'broken' ],
+	'pg_dump -Fc of the broken table');
+$source->safe_psql('postgres', 'CREATE DATABASE broken_dst');
+my ($restore_out, $restore_err);
+# --verbose: pg_restore shows the server's warnings only then.
+IPC::Run::run([ 'pg_restore', '--verbose', '-d', $source->connstr('broken_dst'), $broken_custom ],
+	'>', \$restore_out, '2>', \$restore_err);
+unlike($restore_err, qr/ERROR/, 'pg_restore of the broken table: no error')
+  or diag $restore_err;
+like($restore_err, qr/WARNING:  column "tok" named by lockfence trigger argument "token_column" does not exist/,
+	'... but a warning naming the broken trigger');
+check_broken_copy($source, 'broken_dst', 'broken, pg_restore');
+
+my $broken_plain = "$tempdir/broken.sql";
+$source->command_ok([ 'pg_dump', '-f', $broken_plain, 'broken' ],
+	'pg_dump plain of the broken table');
+$target->safe_psql('postgres', 'CREATE DATABASE broken');
+$target->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', 'broken', '-f', $broken_plain ],
+	'plain dump of the broken table restored with ON_ERROR_STOP');
+check_broken_copy($target, 'broken', 'broken, plain');
+
 # The source itself is unchanged by all this.
 is($source->safe_psql('src', $fences_query),
 	$source_fences, 'source fences unchanged');

@@ -8,7 +8,11 @@
 # table, is updated to the default version.  Afterwards:
 #   - its extension objects, their definitions, privileges, comments and
 #     the event trigger match a database where the default version was
-#     installed fresh;
+#     installed fresh, except that PUBLIC keeps EXECUTE on the functions
+#     that advance fences and leases (a fresh 1.4 grants them to no one),
+#     exactly that, and said by a WARNING (extension scripts run with
+#     client_min_messages at least warning); with the REVOKE it names,
+#     all match;
 #   - the fences and the protected table's triggers are intact and work.
 
 use strict;
@@ -84,6 +88,41 @@ my $fresh = $node->safe_psql('fresh', $catalog_sql);
 like($fresh, qr/member: function lockfence\.fence\(text,bigint,text\)/,
 	'the catalog listing sees the extension');
 
+# Function privileges, one line per function: "signature acl=ACL".
+my $acl_sql = q{
+SELECT p.oid::regprocedure || ' acl=' || coalesce(p.proacl, acldefault('f', p.proowner))::text
+  FROM pg_proc p WHERE p.pronamespace = 'lockfence'::regnamespace
+ ORDER BY 1
+};
+
+# The lines that differ between two listings: "signature: fresh -> updated".
+sub acl_diff
+{
+	my ($before, $after) = @_;
+	my %l = map { /^(.*) acl=(.*)$/ ? ($1 => $2) : () } split /\n/, $before;
+	my %r = map { /^(.*) acl=(.*)$/ ? ($1 => $2) : () } split /\n/, $after;
+	my %all = (%l, %r);
+	return join "\n", map {
+		my $x = $l{$_} // 'absent';
+		my $y = $r{$_} // 'absent';
+		$x eq $y ? () : "$_: $x -> $y"
+	} sort keys %all;
+}
+
+# What PUBLIC keeps after an update: EXECUTE on these, and nothing else.
+my $public_usage = $node->safe_psql('fresh', q{
+SELECT string_agg(n.name, ', ' ORDER BY n.name)
+  FROM lockfence.usage_functions(false) AS f
+  JOIN pg_proc p ON p.oid = f,
+       LATERAL (SELECT format('lockfence.%I(%s)', p.proname, oidvectortypes(p.proargtypes))) AS n(name)});
+my $usage_signatures = $node->safe_psql('fresh',
+	"SELECT string_agg(f::text, ', ' ORDER BY f::text) FROM lockfence.usage_functions(false) AS f");
+my $owner = $node->safe_psql('fresh',
+	"SELECT extowner::regrole FROM pg_extension WHERE extname = 'lockfence'");
+my $expected_acl_diff = join "\n", map { "$_: {$owner=X/$owner} -> {=X/$owner,$owner=X/$owner}" }
+  sort split /, /, $usage_signatures;
+is(scalar(split /\n/, $expected_acl_diff), 8, 'eight functions advance a fence or a lease');
+
 for my $v (@released)
 {
 	my $db = "from_" . ($v =~ s/\./_/gr);
@@ -109,13 +148,27 @@ for my $v (@released)
 		"SELECT path FROM pg_extension_update_paths('lockfence') WHERE source = '$v' AND target = '$default'"),
 		join('--', @chain), "$v updates to $default step by step");
 
-	$node->safe_psql($db, 'ALTER EXTENSION lockfence UPDATE');
+	my ($update_out, $update_err);
+	$node->psql($db, 'ALTER EXTENSION lockfence UPDATE',
+		stdout => \$update_out, stderr => \$update_err, on_error_die => 1);
 	is($node->safe_psql($db,
 		"SELECT extversion FROM pg_extension WHERE extname = 'lockfence'"),
 		$default, "$v updated to $default");
 
-	my $upgraded = $node->safe_psql($db, $catalog_sql);
-	is($upgraded, $fresh, "objects after updating from $v match a fresh install");
+	# The update keeps PUBLIC's EXECUTE on the functions that advance
+	# fences and leases (a fresh 1.4 grants them to no one), and says so.
+	like($update_err,
+		qr/WARNING:  PUBLIC may still execute lockfence functions that advance fences and leases: \Q$public_usage\E/,
+		"the update from $v says PUBLIC keeps its grants, naming the functions");
+	my $acl_diff = acl_diff($node->safe_psql('fresh', $acl_sql),
+		$node->safe_psql($db, $acl_sql));
+	is($acl_diff, $expected_acl_diff,
+		"after updating from $v, function privileges differ from a fresh install exactly by PUBLIC's EXECUTE on the fence and lease functions");
+
+	# Tightened as the WARNING says, everything matches a fresh install.
+	my $upgraded = $node->safe_psql($db,
+		"BEGIN; REVOKE EXECUTE ON FUNCTION $public_usage FROM PUBLIC; $catalog_sql; ROLLBACK;");
+	is($upgraded, $fresh, "objects after updating from $v (and the REVOKE the update names) match a fresh install");
 
 	is($node->safe_psql($db,
 		"SELECT resource || '=' || token || '/' || coalesce(holder, '') FROM lockfence.fences"),

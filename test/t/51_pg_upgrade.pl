@@ -95,6 +95,7 @@ $old->safe_psql('postgres', q{
 	CREATE ROLE app LOGIN;
 	CREATE ROLE operator;
 	CREATE EXTENSION lockfence;
+	SELECT lockfence.grant_usage('app');
 	GRANT EXECUTE ON FUNCTION lockfence.reset(text) TO operator;
 	GRANT EXECUTE ON FUNCTION lockfence.etcd_lock(text, integer, interval, text) TO app;
 	GRANT EXECUTE ON FUNCTION lockfence.etcd_unlock(text, boolean) TO app;

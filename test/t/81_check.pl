@@ -5,8 +5,10 @@
 # for real: the library not preloaded, disabled and replica/always
 # triggers, a trigger with a WHEN condition or of the wrong kind created
 # while the event triggers were disabled, a partition that missed its
-# TRUNCATE trigger, a publication of lockfence.fences, etcd down or
-# without a leader, and a standby.
+# TRUNCATE trigger, a row trigger dropped while the TRUNCATE trigger
+# stays, fence_trigger() replaced, an event trigger not enabled as created,
+# a publication of lockfence.fences, etcd down or without a leader, and a
+# standby.
 
 use strict;
 use warnings;
@@ -106,6 +108,76 @@ SELECT lockfence.cover_descendants('parts');
 DROP TABLE w, a;
 });
 is(findings(), '', 'fixed as the hints say: no rows');
+
+# States in which a protected table accepts a tokenless write, each found
+# (issue 17, item 11).
+sub tokenless_insert_commits
+{
+	my ($table) = @_;
+	my ($rc, $out, $err) = $node->psql('postgres', "INSERT INTO $table VALUES (99, NULL)");
+	$node->safe_psql('postgres', "SET session_replication_role = replica; DELETE FROM $table WHERE id = 99");
+	return $rc == 0;
+}
+
+# The row trigger dropped, the TRUNCATE trigger kept.
+$node->safe_psql('postgres', 'DROP TRIGGER zz_lockfence_fence ON jobs');
+ok(tokenless_insert_commits('jobs'), 'row trigger dropped: a tokenless INSERT commits');
+is(findings(), 'error row_trigger_missing', 'a table with only its TRUNCATE trigger is an error');
+like(detail_of('row_trigger_missing'),
+	qr/Table public\.jobs has a lockfence TRUNCATE trigger but no lockfence row trigger.*lockfence\.unprotect\('public\.jobs'\)/,
+	'... naming the table and the fix');
+$node->safe_psql('postgres', q{
+SELECT lockfence.unprotect('jobs');
+SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
+DROP TRIGGER zz_lockfence_fence_truncate ON jobs;
+});
+is(findings(), 'error truncate_trigger_missing', 'a table without its TRUNCATE trigger is an error');
+$node->safe_psql('postgres', q{
+SELECT lockfence.unprotect('jobs');
+SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
+});
+is(findings(), '', 'protected again: no rows');
+
+# fence_trigger() replaced by a pass-through.
+my $fence_trigger_def = $node->safe_psql('postgres',
+	"SELECT pg_get_functiondef('lockfence.fence_trigger()'::regprocedure)");
+$node->safe_psql('postgres', q{
+CREATE OR REPLACE FUNCTION lockfence.fence_trigger() RETURNS trigger
+LANGUAGE plpgsql AS $$ BEGIN RETURN coalesce(NEW, OLD); END $$;
+});
+ok(tokenless_insert_commits('jobs'), 'fence_trigger() replaced: a tokenless INSERT commits');
+like(findings(), qr/^error function_replaced$/m, 'a replaced fence_trigger() is an error');
+like(detail_of('function_replaced'),
+	qr/Function lockfence\.fence_trigger\(\) of lockfence was replaced \(language plpgsql/,
+	'... naming the function');
+$node->safe_psql('postgres', $fence_trigger_def);
+is(findings(), '', 'the original definition again: no rows');
+
+# The guard enabled, but not ALWAYS: DROP EXTENSION lockfence CASCADE in a
+# session with session_replication_role = replica would go through.
+$node->safe_psql('postgres', 'ALTER EVENT TRIGGER lockfence_guard_drop ENABLE');
+my ($rc, $out, $err) = $node->psql('postgres', q{
+BEGIN;
+SET session_replication_role = replica;
+DROP EXTENSION lockfence CASCADE;
+ROLLBACK;
+});
+unlike($err, qr/cannot drop lockfence/, 'guard enabled, not ALWAYS: a replica session may drop lockfence');
+is(findings(), 'warning event_trigger_not_always', 'a guard that is not ENABLE ALWAYS is reported');
+like(detail_of('event_trigger_not_always'),
+	qr/lockfence_guard_drop .*ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;/,
+	'... with the fix');
+$node->safe_psql('postgres', 'ALTER EVENT TRIGGER lockfence_guard_drop ENABLE REPLICA');
+is(findings(), 'warning event_trigger_not_always', '... and ENABLE REPLICA too');
+$node->safe_psql('postgres', 'ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE REPLICA');
+is( findings(),
+	"warning event_trigger_enabled_replica\nwarning event_trigger_not_always",
+	'the DDL check enabled only for replica sessions is reported');
+$node->safe_psql('postgres', q{
+ALTER EVENT TRIGGER lockfence_guard_drop ENABLE ALWAYS;
+ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE;
+});
+is(findings(), '', 'as created again: no rows');
 
 # A publication of the fences (only with the override).
 $node->safe_psql('postgres', q{

@@ -3,7 +3,8 @@
 # 82_logical_replication.pl: a real publisher and subscriber.
 # - Publications that would publish lockfence.fences are refused (FOR ALL
 #   TABLES, FOR TABLES IN SCHEMA lockfence, the table by name), unless
-#   lockfence.allow_publish_fences is on.
+#   lockfence.allow_publish_fences is on; so is CREATE EXTENSION while a
+#   FOR ALL TABLES publication exists.
 # - The supported topology: application tables published by name; the
 #   subscriber's fences stay its own (a local fence at 500 is not moved
 #   back by the publisher's 14); protected tables on the subscriber are
@@ -36,6 +37,25 @@ CREATE EXTENSION lockfence;
 CREATE TABLE jobs (id int PRIMARY KEY, token bigint);
 SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
 };
+# A FOR ALL TABLES publication made before CREATE EXTENSION would publish
+# lockfence.fences from then on: CREATE EXTENSION is refused (issue 23,
+# item 7), unless lockfence.allow_publish_fences is on.
+$pub->safe_psql('postgres', 'CREATE DATABASE early');
+$pub->safe_psql('early', 'CREATE PUBLICATION early_all FOR ALL TABLES');
+my ($early_rc, $early_out, $early_err) = $pub->psql('early',
+	"\\set VERBOSITY verbose\nCREATE EXTENSION lockfence");
+like($early_err, qr/0A000: publication "early_all" would publish lockfence\.fences/,
+	'CREATE EXTENSION with a FOR ALL TABLES publication already there is refused');
+is($pub->safe_psql('early', "SELECT count(*) FROM pg_extension WHERE extname = 'lockfence'"),
+	'0', '... and the extension is not created');
+$pub->safe_psql('early', q{
+SET lockfence.allow_publish_fences = on;
+CREATE EXTENSION lockfence;
+});
+is($pub->safe_psql('early', 'SELECT finding FROM lockfence.check() WHERE severity = \'error\''),
+	'fences_published', '... created with the override, check() reports the publication');
+$pub->safe_psql('postgres', 'DROP DATABASE early');
+
 $pub->safe_psql('postgres', $schema);
 $sub->safe_psql('postgres', $schema);
 
