@@ -101,12 +101,14 @@ typedef enum FastpathWant
 
 /*
  * Does the version in slot give what the caller wants?  For an equal token
- * the recorded holder is returned in *recorded_holder.
+ * the recorded holder is returned in *recorded_holder, allocated in
+ * resultcxt.
  */
 static bool
 fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 					 AttrNumber lease_attnum, int64 token, const char *holder,
-					 int64 *recorded, char **recorded_holder)
+					 int64 *recorded, char **recorded_holder,
+					 MemoryContext resultcxt)
 {
 	bool		isnull;
 	Datum		d;
@@ -116,7 +118,15 @@ fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 		return *recorded < token;
 
 	d = slot_getattr(slot, Anum_fences_holder, &isnull);
-	*recorded_holder = isnull ? NULL : TextDatumGetCString(d);
+	if (isnull)
+		*recorded_holder = NULL;
+	else
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(resultcxt);
+
+		*recorded_holder = TextDatumGetCString(d);
+		MemoryContextSwitchTo(oldcxt);
+	}
 	return *recorded == token &&
 		(*recorded_holder == NULL || holder == NULL ||
 		 strcmp(*recorded_holder, holder) == 0) &&
@@ -220,11 +230,14 @@ fence_fastpath_lock_found(FastpathRow *fr, LockTupleMode mode)
  * Lock the fence row of resource in the mode want calls for, if the version
  * our snapshot sees gives what want asks and nobody holds a conflicting
  * lock.  Returns true with the row locked until the transaction (or the
- * current subtransaction) ends, or false having locked nothing.
+ * current subtransaction) ends, or false having locked nothing.  What goes
+ * into *outcome is allocated in resultcxt: callers run inside SPI too,
+ * whose current context is gone once they leave it.
  */
 static bool
 fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
-					const char *holder, FenceOutcome *outcome)
+					const char *holder, FenceOutcome *outcome,
+					MemoryContext resultcxt)
 {
 	FastpathRow fr;
 	int64		recorded;
@@ -236,7 +249,7 @@ fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
 		return false;
 
 	if (fence_fastpath_judge(want, fr.slot, fr.lease_attnum, token, holder,
-							 &recorded, &recorded_holder) &&
+							 &recorded, &recorded_holder, resultcxt) &&
 		fence_fastpath_lock_found(&fr, want == FASTPATH_SHARE_EQUAL ?
 								  LockTupleShare : LockTupleNoKeyExclusive))
 	{
@@ -254,14 +267,16 @@ fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
  * Share-lock the fence row of resource if it records exactly token, from
  * a holder compatible with holder, and nobody holds a conflicting lock.
  * Returns true, with the row locked until the transaction (or the current
- * subtransaction) ends and *outcome filled, or false to fall back to SPI.
+ * subtransaction) ends and *outcome filled (its holder allocated in
+ * resultcxt), or false to fall back to SPI.
  */
 bool
 fence_fastpath_share_equal(const char *resource, int64 token,
-						   const char *holder, FenceOutcome *outcome)
+						   const char *holder, FenceOutcome *outcome,
+						   MemoryContext resultcxt)
 {
 	return fence_fastpath_lock(FASTPATH_SHARE_EQUAL, resource, token, holder,
-							   outcome);
+							   outcome, resultcxt);
 }
 
 /*
@@ -276,7 +291,7 @@ fence_fastpath_lock_lower(const char *resource, int64 token)
 	FenceOutcome outcome;
 
 	return fence_fastpath_lock(FASTPATH_LOCK_LOWER, resource, token, NULL,
-							   &outcome);
+							   &outcome, CurrentMemoryContext);
 }
 
 /*

@@ -116,7 +116,8 @@ typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
 /* fence_fastpath.c: uncontended fence rows without SPI */
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
-									   FenceOutcome *outcome);
+									   FenceOutcome *outcome,
+									   MemoryContext resultcxt);
 extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
 extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
 								  void *arg, FenceRow *row, FenceRow *newrow);
