@@ -1112,12 +1112,16 @@ BEGIN
 
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
+        -- No lease survives a floor: its holder lost it with the failover,
+        -- and the floor is no lease token.
         UPDATE lockfence.fences f
            SET token = raise_floor.floor,
                accepted_at = pg_catalog.statement_timestamp(),
-               holder = NULL
+               holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
          WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor;
         GET DIAGNOSTICS raised = ROW_COUNT;
+        -- What this transaction fenced before may be below the floor now.
+        PERFORM lockfence.forget_fenced(NULL);
         RETURN raised;
     END IF;
 
@@ -1140,9 +1144,10 @@ BEGIN
       FROM pg_catalog.unnest(raise_floor.resources) AS r
         ON CONFLICT (resource) DO UPDATE
        SET token = excluded.token, accepted_at = excluded.accepted_at,
-           holder = NULL
+           holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
      WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
     GET DIAGNOSTICS raised = ROW_COUNT;
+    PERFORM lockfence.forget_fenced(raise_floor.resources);
     RETURN raised;
 END
 $$;
@@ -1241,3 +1246,18 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
     'End a lease at once; false when it had expired or was taken over';
+
+/* issue 17: the fence cache */
+
+-- Make this transaction forget the tokens it fenced for resources (NULL:
+-- all), so that its next checks read the fence rows: for SQL that writes
+-- them other than through fence() (raise_floor).
+CREATE FUNCTION lockfence.forget_fenced(resources text[] DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_forget_fenced'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.forget_fenced(text[]) IS
+    'Forget the tokens this transaction fenced (for functions writing fence rows)';
+
+REVOKE ALL ON FUNCTION lockfence.forget_fenced(text[]) FROM PUBLIC;

@@ -129,6 +129,7 @@ extern bool fence_cache_lookup(const char *resource, int64 *token,
 extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
+extern void fence_cache_forget_all(void);
 
 /* lease_wait.c: wake-ups of lease waiters (shared memory if preloaded) */
 extern void lease_wait_init(void);
