@@ -84,3 +84,15 @@ BEGIN
     RETURN raised;
 END
 $$;
+
+-- issue 17, item 6: the shape of lockfence.fences
+
+-- NULL when lockfence.fences is exactly as the install scripts make it,
+-- else what differs.  Fences and leases then go through SQL statements.
+CREATE FUNCTION lockfence.fences_table_problem()
+RETURNS text
+AS 'MODULE_PATHNAME', 'lockfence_fences_table_problem'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.fences_table_problem() IS
+    'What differs between lockfence.fences and the table as installed, NULL if nothing';

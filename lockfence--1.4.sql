@@ -1247,7 +1247,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
     'End a lease at once; false when it had expired or was taken over';
 
-/* issue 17: the fence cache */
+/* issue 17: the fence cache and the shape of lockfence.fences */
 
 -- Make this transaction forget the tokens it fenced for resources (NULL:
 -- all), so that its next checks read the fence rows: for SQL that writes
@@ -1261,3 +1261,13 @@ COMMENT ON FUNCTION lockfence.forget_fenced(text[]) IS
     'Forget the tokens this transaction fenced (for functions writing fence rows)';
 
 REVOKE ALL ON FUNCTION lockfence.forget_fenced(text[]) FROM PUBLIC;
+
+-- NULL when lockfence.fences is exactly as the install scripts make it,
+-- else what differs.  Fences and leases then go through SQL statements.
+CREATE FUNCTION lockfence.fences_table_problem()
+RETURNS text
+AS 'MODULE_PATHNAME', 'lockfence_fences_table_problem'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.fences_table_problem() IS
+    'What differs between lockfence.fences and the table as installed, NULL if nothing';

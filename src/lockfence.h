@@ -15,6 +15,7 @@
 
 #include "compat.h"
 #include "datatype/timestamp.h"
+#include "utils/relcache.h"
 
 /*
  * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
@@ -121,6 +122,9 @@ extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
 extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
 								  void *arg, FenceRow *row, FenceRow *newrow);
+
+/* fence_shape.c: is lockfence.fences as the install scripts make it? */
+extern const char *fences_table_problem(Relation rel);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
