@@ -398,7 +398,9 @@ fence_fastpath_write_row(FastpathRow *fr, AttrNumber ttl_attnum,
  * subtransaction, ends), or false having changed and locked nothing: no
  * row, edit declined, the row locked or changed, or a table the install
  * scripts did not make so.  The caller then takes the SPI path, which
- * waits, re-checks and reports.
+ * waits, re-checks and reports.  The pointers in *row and *newrow are
+ * allocated in the current memory context: call this outside SPI (between
+ * fence_store_enter and fence_store_leave it is SPI's, deleted on leaving).
  */
 bool
 fence_fastpath_update(const char *resource, FenceRowEdit edit, void *arg,
