@@ -473,6 +473,7 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 bool
 fence_store_current(const char *resource, int64 *token)
 {
+	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
 	FenceOutcome outcome;
 	bool		found;
@@ -481,7 +482,7 @@ fence_store_current(const char *resource, int64 *token)
 	found = fence_execute(FENCE_READ, resource, 0, NULL) == 1;
 	if (found)
 	{
-		fence_fetch_row(&outcome, CurrentMemoryContext);
+		fence_fetch_row(&outcome, callercxt);
 		*token = outcome.highest;
 	}
 	fence_store_leave(&state);
