@@ -954,6 +954,7 @@ AS $$
 DECLARE
     fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
     r record;
+    shape text;
     endpoints text;
     st record;
 BEGIN
@@ -966,6 +967,15 @@ BEGIN
             'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
             'Add lockfence to shared_preload_libraries and restart the server.';
     END;
+
+    -- The fence table as installed: a trigger, rule, constraint or
+    -- column change on it can make fence() accept what it must refuse.
+    shape := lockfence.fences_table_problem();
+    IF shape IS NOT NULL THEN
+        RETURN QUERY SELECT 'error', 'fences_table_altered',
+            pg_catalog.format('%s Fences and leases then go through SQL statements, whose outcome the change may alter.', shape),
+            'Undo the change: lockfence.fences must stay as installed (compare with a fresh CREATE EXTENSION lockfence).';
+    END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN
         RETURN QUERY SELECT 'info', 'in_recovery',
@@ -1253,12 +1263,16 @@ BEGIN
 
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
+        -- No lease survives a floor: its holder lost it with the failover,
+        -- and the floor is no lease token.
         UPDATE lockfence.fences f
            SET token = raise_floor.floor,
                accepted_at = pg_catalog.statement_timestamp(),
-               holder = NULL
+               holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
          WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor;
         GET DIAGNOSTICS raised = ROW_COUNT;
+        -- What this transaction fenced before may be below the floor now.
+        PERFORM lockfence.forget_fenced(NULL);
         RETURN raised;
     END IF;
 
@@ -1281,9 +1295,10 @@ BEGIN
       FROM pg_catalog.unnest(raise_floor.resources) AS r
         ON CONFLICT (resource) DO UPDATE
        SET token = excluded.token, accepted_at = excluded.accepted_at,
-           holder = NULL
+           holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
      WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
     GET DIAGNOSTICS raised = ROW_COUNT;
+    PERFORM lockfence.forget_fenced(raise_floor.resources);
     RETURN raised;
 END
 $$;
@@ -1478,3 +1493,27 @@ COMMENT ON FUNCTION lockfence.revoke_usage(regrole, boolean) IS
 
 REVOKE ALL ON FUNCTION lockfence.grant_usage(regrole, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.revoke_usage(regrole, boolean) FROM PUBLIC;
+/* issue 17: the fence cache and the shape of lockfence.fences */
+
+-- Make this transaction forget the tokens it fenced for resources (NULL:
+-- all), so that its next checks read the fence rows: for SQL that writes
+-- them other than through fence() (raise_floor).
+CREATE FUNCTION lockfence.forget_fenced(resources text[] DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_forget_fenced'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.forget_fenced(text[]) IS
+    'Forget the tokens this transaction fenced (for functions writing fence rows)';
+
+REVOKE ALL ON FUNCTION lockfence.forget_fenced(text[]) FROM PUBLIC;
+
+-- NULL when lockfence.fences is exactly as the install scripts make it,
+-- else what differs.  Fences and leases then go through SQL statements.
+CREATE FUNCTION lockfence.fences_table_problem()
+RETURNS text
+AS 'MODULE_PATHNAME', 'lockfence_fences_table_problem'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.fences_table_problem() IS
+    'What differs between lockfence.fences and the table as installed, NULL if nothing';

@@ -54,5 +54,39 @@ RESET lockfence.etcd_endpoints;
 RESET lockfence.etcd_request_timeout;
 SELECT resource, token FROM lockfence.fences ORDER BY resource;
 
+-- no lease survives a floor (issue 17, item 8): the rows raised lose
+-- their lease columns
+-- an expired lease: the floor is not a lease token, its holder may fence it
+SELECT token FROM lockfence.lease_acquire('fl', '10 ms', 'h');
+DO $$
+BEGIN
+    WHILE (SELECT lease_expires_at >= clock_timestamp()
+             FROM lockfence.fences WHERE resource = 'fl') LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END
+$$;
+SELECT lockfence.raise_floor(100, ARRAY['fl']);
+SELECT token, holder, lease_expires_at, lease_ttl
+  FROM lockfence.fences WHERE resource = 'fl';
+SELECT lockfence.fence('fl', 100, 'etcd-holder');
+-- an unexpired lease: it ends with the floor, no phantom lease of the
+-- floor's token remains to renew, release or wait for
+SELECT token FROM lockfence.lease_acquire('ul', '1 hour', 'h');
+SELECT lockfence.raise_floor(200, ARRAY['ul']);
+SELECT token, holder, lease_expires_at, lease_ttl
+  FROM lockfence.fences WHERE resource = 'ul';
+SELECT lockfence.lease_renew('ul', 200);
+SELECT lockfence.lease_release('ul', 200);
+SELECT lockfence.lease_release('ul', 1);
+SELECT token FROM lockfence.lease_try_acquire('ul', '1 hour', 'h2');
+-- the same for a floor raising every fence
+SELECT token FROM lockfence.lease_acquire('al', '1 hour', 'h');
+SELECT lockfence.raise_floor(5000);
+SELECT count(*) AS leases_left FROM lockfence.fences
+ WHERE lease_expires_at IS NOT NULL OR lease_ttl IS NOT NULL;
+SELECT lockfence.fence('al', 5000, 'etcd-holder');
+SELECT token FROM lockfence.lease_try_acquire('al', '1 hour', 'h2');
+
 DROP EXTENSION lockfence;
 DROP ROLE floor_app;

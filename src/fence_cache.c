@@ -26,6 +26,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
@@ -163,8 +167,11 @@ fence_cache_remember(const char *resource, int64 token, const char *holder)
 }
 
 /*
- * Forget resource, e.g. after lockfence.reset() deleted its row.  This is a
- * version of its own, so rolling back the reset brings the old one back.
+ * Forget resource: its fence row was written other than by a fence check
+ * (lockfence.reset() deleted it, a lease was granted, renewed or released,
+ * a floor raised it), so what this transaction fenced may no longer hold,
+ * and the next check must read the row.  This is a version of its own, so
+ * rolling back the write (to a savepoint) brings the old one back.
  */
 void
 fence_cache_forget(const char *resource)
@@ -173,6 +180,69 @@ fence_cache_forget(const char *resource)
 		hash_search(FenceCache, resource, HASH_FIND, NULL) == NULL)
 		return;
 	fence_cache_push(resource, -1, NULL);
+}
+
+/*
+ * Forget every resource, as fence_cache_forget does one: for writes to
+ * fence rows that do not name them (lockfence.raise_floor() without a list
+ * of resources).
+ */
+void
+fence_cache_forget_all(void)
+{
+	HASH_SEQ_STATUS status;
+	FenceCacheEntry *entry;
+	List	   *resources = NIL;
+	ListCell   *lc;
+
+	if (FenceCache == NULL)
+		return;
+	/* Collect the names first: the scan must not meet entries changing. */
+	hash_seq_init(&status, FenceCache);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->newest != NULL && entry->newest->token >= 0)
+			resources = lappend(resources, entry->resource);
+	foreach(lc, resources)
+		fence_cache_push((const char *) lfirst(lc), -1, NULL);
+	list_free(resources);
+}
+
+PG_FUNCTION_INFO_V1(lockfence_forget_fenced);
+
+/*
+ * lockfence.forget_fenced(resources text[] DEFAULT NULL) returns void
+ *
+ * Make this transaction forget the tokens it fenced for resources (NULL:
+ * all), for SQL functions that write fence rows (raise_floor).
+ */
+Datum
+lockfence_forget_fenced(PG_FUNCTION_ARGS)
+{
+	ArrayType  *resources;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+
+	if (PG_ARGISNULL(0))
+	{
+		fence_cache_forget_all();
+		PG_RETURN_VOID();
+	}
+	resources = PG_GETARG_ARRAYTYPE_P(0);
+	deconstruct_array(resources, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &nelems);
+	for (int i = 0; i < nelems; i++)
+	{
+		char	   *resource;
+
+		if (nulls[i])
+			continue;
+		resource = TextDatumGetCString(elems[i]);
+		/* longer names were never fenced (and do not fit the hash key) */
+		if (strlen(resource) <= LOCKFENCE_MAX_RESOURCE_BYTES)
+			fence_cache_forget(resource);
+	}
+	PG_RETURN_VOID();
 }
 
 static void

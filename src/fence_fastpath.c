@@ -32,8 +32,8 @@
  * statement re-checks under a lock what the caller had already read.  Here
  * the row is read once, locked without waiting, and updated; a lease's new
  * version satisfies the table's own constraints by construction.  Only a
- * table exactly as the install scripts make it is updated this way (see
- * fence_fastpath_plain_table); anything else is left to SPI.
+ * table exactly as the install scripts make it is read or updated this way
+ * (fence_shape.c); anything else is left to SPI.
  *
  * IDENTIFICATION
  *	  src/fence_fastpath.c
@@ -65,14 +65,16 @@
 
 #include "lockfence.h"
 
-/* Attribute numbers of lockfence.fences, as created by the install scripts. */
+/*
+ * Attribute numbers of lockfence.fences, as created by the install scripts
+ * (fence_shape.c tells whether the table is still so).
+ */
 #define Anum_fences_resource	1
 #define Anum_fences_token		2
 #define Anum_fences_accepted_at 3
 #define Anum_fences_holder		4
-
-/* CHECK constraints of lockfence.fences, as created by the install scripts. */
-#define FENCES_NUM_CHECKS		2
+#define Anum_fences_lease_expires_at 5	/* 1.2 on */
+#define Anum_fences_lease_ttl	6	/* 1.2 on */
 
 /*
  * Is the row's token a lease token whose lease expired or was released?
@@ -101,12 +103,14 @@ typedef enum FastpathWant
 
 /*
  * Does the version in slot give what the caller wants?  For an equal token
- * the recorded holder is returned in *recorded_holder.
+ * the recorded holder is returned in *recorded_holder, allocated in
+ * resultcxt.
  */
 static bool
 fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 					 AttrNumber lease_attnum, int64 token, const char *holder,
-					 int64 *recorded, char **recorded_holder)
+					 int64 *recorded, char **recorded_holder,
+					 MemoryContext resultcxt)
 {
 	bool		isnull;
 	Datum		d;
@@ -116,7 +120,15 @@ fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
 		return *recorded < token;
 
 	d = slot_getattr(slot, Anum_fences_holder, &isnull);
-	*recorded_holder = isnull ? NULL : TextDatumGetCString(d);
+	if (isnull)
+		*recorded_holder = NULL;
+	else
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(resultcxt);
+
+		*recorded_holder = TextDatumGetCString(d);
+		MemoryContextSwitchTo(oldcxt);
+	}
 	return *recorded == token &&
 		(*recorded_holder == NULL || holder == NULL ||
 		 strcmp(*recorded_holder, holder) == 0) &&
@@ -137,8 +149,9 @@ typedef struct FastpathRow
  * Open lockfence.fences in lockmode and find, through its primary key, the
  * version of resource's row that a fresh snapshot sees.  Returns true with
  * *fr filled (close it with fence_fastpath_close), or false, having left
- * nothing open, when there is no such row or table: the SPI path then
- * handles or reports it.
+ * nothing open, when there is no such row or table, or the table is not
+ * exactly as the install scripts make it (its columns are read here by
+ * attribute number): the SPI path then handles or reports it.
  */
 static bool
 fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
@@ -157,15 +170,16 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 
 	fr->rel = table_open(relid, lockmode);
 	fr->indexid = lf_primary_key_index(fr->rel);
-	if (!OidIsValid(fr->indexid) ||
-		TupleDescAttr(RelationGetDescr(fr->rel), Anum_fences_token - 1)->atttypid != INT8OID)
+	if (!OidIsValid(fr->indexid) || fences_table_problem(fr->rel) != NULL)
 	{
 		table_close(fr->rel, lockmode);
 		return false;
 	}
 	index = index_open(fr->indexid, AccessShareLock);
 	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
-	fr->lease_attnum = get_attnum(relid, "lease_expires_at");
+	fr->lease_attnum =
+		RelationGetDescr(fr->rel)->natts >= Anum_fences_lease_expires_at ?
+		Anum_fences_lease_expires_at : InvalidAttrNumber;
 
 	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
 	fr->snapshot = RegisterSnapshot(GetTransactionSnapshot());
@@ -220,11 +234,14 @@ fence_fastpath_lock_found(FastpathRow *fr, LockTupleMode mode)
  * Lock the fence row of resource in the mode want calls for, if the version
  * our snapshot sees gives what want asks and nobody holds a conflicting
  * lock.  Returns true with the row locked until the transaction (or the
- * current subtransaction) ends, or false having locked nothing.
+ * current subtransaction) ends, or false having locked nothing.  What goes
+ * into *outcome is allocated in resultcxt: callers run inside SPI too,
+ * whose current context is gone once they leave it.
  */
 static bool
 fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
-					const char *holder, FenceOutcome *outcome)
+					const char *holder, FenceOutcome *outcome,
+					MemoryContext resultcxt)
 {
 	FastpathRow fr;
 	int64		recorded;
@@ -236,7 +253,7 @@ fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
 		return false;
 
 	if (fence_fastpath_judge(want, fr.slot, fr.lease_attnum, token, holder,
-							 &recorded, &recorded_holder) &&
+							 &recorded, &recorded_holder, resultcxt) &&
 		fence_fastpath_lock_found(&fr, want == FASTPATH_SHARE_EQUAL ?
 								  LockTupleShare : LockTupleNoKeyExclusive))
 	{
@@ -254,14 +271,16 @@ fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
  * Share-lock the fence row of resource if it records exactly token, from
  * a holder compatible with holder, and nobody holds a conflicting lock.
  * Returns true, with the row locked until the transaction (or the current
- * subtransaction) ends and *outcome filled, or false to fall back to SPI.
+ * subtransaction) ends and *outcome filled (its holder allocated in
+ * resultcxt), or false to fall back to SPI.
  */
 bool
 fence_fastpath_share_equal(const char *resource, int64 token,
-						   const char *holder, FenceOutcome *outcome)
+						   const char *holder, FenceOutcome *outcome,
+						   MemoryContext resultcxt)
 {
 	return fence_fastpath_lock(FASTPATH_SHARE_EQUAL, resource, token, holder,
-							   outcome);
+							   outcome, resultcxt);
 }
 
 /*
@@ -276,40 +295,25 @@ fence_fastpath_lock_lower(const char *resource, int64 token)
 	FenceOutcome outcome;
 
 	return fence_fastpath_lock(FASTPATH_LOCK_LOWER, resource, token, NULL,
-							   &outcome);
+							   &outcome, CurrentMemoryContext);
 }
 
 /*
- * Would an UPDATE statement of the fence table do anything besides writing
- * the new row version and, unless it is a HOT update, its primary key
- * entry?  Not for the table as the install scripts make it: no trigger,
- * rule, forced row security or generated column, no index but the primary
- * key, and no CHECK constraint but its own (the caller's new version keeps
- * the resource and a non-negative token, so they hold).  An UPDATE of a
+ * May the fence row be updated here rather than by an UPDATE statement?
+ * Only when the table has the lease columns (the verdict of fence_shape.c,
+ * taken by fence_fastpath_find, covers the rest: no trigger, rule, row
+ * security, index but the primary key or constraint but its own, which the
+ * caller's new version satisfies by construction).  An UPDATE of a
  * published table also needs a replica identity: checked as the executor
  * does.
  */
 static bool
 fence_fastpath_plain_table(FastpathRow *fr)
 {
-	Relation	rel = fr->rel;
-	TupleConstr *constr = RelationGetDescr(rel)->constr;
-	List	   *indexes;
-	bool		plain;
-
-	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
-		rel->rd_rel->relhasrules || rel->rd_rel->relforcerowsecurity ||
-		fr->lease_attnum == InvalidAttrNumber)
+	if (fr->lease_attnum == InvalidAttrNumber)
 		return false;
-	if (constr != NULL &&
-		(constr->num_check > FENCES_NUM_CHECKS || constr->has_generated_stored))
-		return false;
-	indexes = RelationGetIndexList(rel);
-	plain = list_length(indexes) == 1 && linitial_oid(indexes) == fr->indexid;
-	list_free(indexes);
-	if (plain)
-		CheckCmdReplicaIdentity(rel, CMD_UPDATE);
-	return plain;
+	CheckCmdReplicaIdentity(fr->rel, CMD_UPDATE);
+	return true;
 }
 
 /* Read the version found into *row. */
@@ -394,7 +398,9 @@ fence_fastpath_write_row(FastpathRow *fr, AttrNumber ttl_attnum,
  * subtransaction, ends), or false having changed and locked nothing: no
  * row, edit declined, the row locked or changed, or a table the install
  * scripts did not make so.  The caller then takes the SPI path, which
- * waits, re-checks and reports.
+ * waits, re-checks and reports.  The pointers in *row and *newrow are
+ * allocated in the current memory context: call this outside SPI (between
+ * fence_store_enter and fence_store_leave it is SPI's, deleted on leaving).
  */
 bool
 fence_fastpath_update(const char *resource, FenceRowEdit edit, void *arg,
@@ -408,8 +414,8 @@ fence_fastpath_update(const char *resource, FenceRowEdit edit, void *arg,
 	if (!fence_fastpath_find(resource, RowExclusiveLock, &fr))
 		return false;
 
-	ttl_attnum = get_attnum(RelationGetRelid(fr.rel), "lease_ttl");
-	if (ttl_attnum != InvalidAttrNumber && fence_fastpath_plain_table(&fr))
+	ttl_attnum = Anum_fences_lease_ttl;
+	if (fence_fastpath_plain_table(&fr))
 	{
 		fence_fastpath_read_row(&fr, ttl_attnum, row);
 		*newrow = *row;

@@ -392,7 +392,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 
 	/* The common case, served without SPI when nothing stands in the way. */
 	if (!must_advance &&
-		fence_fastpath_share_equal(resource, token, holder, outcome))
+		fence_fastpath_share_equal(resource, token, holder, outcome,
+								   callercxt))
 		return;
 
 	fence_store_enter(&state);
@@ -401,9 +402,13 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	{
 		CHECK_FOR_INTERRUPTS();
 
-		/* After a wait: the token recorded, by a compatible holder? */
+		/*
+		 * After a wait: the token recorded, by a compatible holder?  (Inside
+		 * SPI: the outcome must go to the caller's context, not SPI's.)
+		 */
 		if (retry && !must_advance &&
-			fence_fastpath_share_equal(resource, token, holder, outcome))
+			fence_fastpath_share_equal(resource, token, holder, outcome,
+									   callercxt))
 			break;
 
 		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
@@ -468,6 +473,7 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 bool
 fence_store_current(const char *resource, int64 *token)
 {
+	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
 	FenceOutcome outcome;
 	bool		found;
@@ -476,7 +482,7 @@ fence_store_current(const char *resource, int64 *token)
 	found = fence_execute(FENCE_READ, resource, 0, NULL) == 1;
 	if (found)
 	{
-		fence_fetch_row(&outcome, CurrentMemoryContext);
+		fence_fetch_row(&outcome, callercxt);
 		*token = outcome.highest;
 	}
 	fence_store_leave(&state);

@@ -519,6 +519,7 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	LeaseRow	row;
 
 	lease_acquire_args(fcinfo, &name, &ttl, &holder);
+	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (!PG_ARGISNULL(3))
 	{
 		double		usecs = interval_usecs(PG_GETARG_INTERVAL_P(3));
@@ -564,6 +565,7 @@ lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 	TimestampTz started = GetCurrentTimestamp();
 
 	lease_acquire_args(fcinfo, &name, &ttl, &holder);
+	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (lease_attempt(name, holder, ttl, false, 0, &row) != LEASE_ATTEMPT_GRANTED)
 		PG_RETURN_NULL();
 	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
@@ -646,6 +648,7 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 	bool		found = false;
 
 	lease_token_args(fcinfo, &name, &token);
+	fence_cache_forget(name);	/* this writes the fence row */
 	if (ttl != NULL && interval_usecs(ttl) <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -686,6 +689,7 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	FenceRow	frow;
 
 	lease_token_args(fcinfo, &name, &token);
+	fence_cache_forget(name);	/* this writes the fence row */
 
 	released = lease_fastpath_release(name, token, &frow);
 	if (released)

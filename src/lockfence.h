@@ -15,6 +15,7 @@
 
 #include "compat.h"
 #include "datatype/timestamp.h"
+#include "utils/relcache.h"
 
 /*
  * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
@@ -119,10 +120,14 @@ typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
 /* fence_fastpath.c: uncontended fence rows without SPI */
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
-									   FenceOutcome *outcome);
+									   FenceOutcome *outcome,
+									   MemoryContext resultcxt);
 extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
 extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
 								  void *arg, FenceRow *row, FenceRow *newrow);
+
+/* fence_shape.c: is lockfence.fences as the install scripts make it? */
+extern const char *fences_table_problem(Relation rel);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
@@ -131,6 +136,7 @@ extern bool fence_cache_lookup(const char *resource, int64 *token,
 extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
+extern void fence_cache_forget_all(void);
 
 /* lease_wait.c: wake-ups of lease waiters (shared memory if preloaded) */
 extern void lease_wait_init(void);

@@ -7,6 +7,7 @@
 # while the event triggers were disabled, a partition that missed its
 # TRUNCATE trigger, a row trigger dropped while the TRUNCATE trigger
 # stays, fence_trigger() replaced, an event trigger not enabled as created,
+# lockfence.fences altered,
 # a publication of lockfence.fences, etcd down or without a leader, and a
 # standby.
 
@@ -137,6 +138,23 @@ SELECT lockfence.unprotect('jobs');
 SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
 });
 is(findings(), '', 'protected again: no rows');
+
+# lockfence.fences altered (issue 17, items 6 and 11): a trigger on it can
+# keep a fence from advancing, so an old token would still pass.
+$node->safe_psql('postgres', q{
+CREATE FUNCTION keep_token() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN NEW.token := OLD.token; RETURN NEW; END$$;
+CREATE TRIGGER keep_token BEFORE UPDATE ON lockfence.fences
+  FOR EACH ROW EXECUTE FUNCTION keep_token();
+});
+is(findings(), 'error fences_table_altered', 'a trigger on lockfence.fences is an error');
+like(detail_of('fences_table_altered'),
+	qr/trigger "keep_token"/, '... naming the trigger');
+$node->safe_psql('postgres', 'DROP TRIGGER keep_token ON lockfence.fences');
+$node->safe_psql('postgres', 'ALTER TABLE lockfence.fences ALTER COLUMN holder SET NOT NULL');
+is(findings(), 'error fences_table_altered', 'a NOT NULL added to lockfence.fences is an error');
+$node->safe_psql('postgres', 'ALTER TABLE lockfence.fences ALTER COLUMN holder DROP NOT NULL');
+is(findings(), '', 'lockfence.fences as installed again: no rows');
 
 # fence_trigger() replaced by a pass-through.
 my $fence_trigger_def = $node->safe_psql('postgres',

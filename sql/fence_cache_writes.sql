@@ -1,0 +1,75 @@
+-- the transaction's memory of fenced tokens (issue 17, item 5): a fence row
+-- written other than by a fence check (a lease grant, renewal or release,
+-- reset(), raise_floor()) is read again by the next check
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+-- fence, release the lease, fence again: the lease is no longer held (LF003)
+SELECT token FROM lockfence.lease_acquire('x', '1 hour', 'h');
+BEGIN;
+SELECT lockfence.fence('x', 1);
+SELECT lockfence.lease_release('x', 1);
+SELECT lockfence.fence('x', 1);
+ROLLBACK;
+
+-- a release rolled back to a savepoint: the lease and its fence are back
+BEGIN;
+SELECT lockfence.fence('x', 1);
+SAVEPOINT s;
+SELECT lockfence.lease_release('x', 1);
+ROLLBACK TO SAVEPOINT s;
+SELECT lockfence.fence('x', 1);
+COMMIT;
+
+-- a renewal: the token still holds
+BEGIN;
+SELECT lockfence.fence('x', 1);
+SELECT lockfence.lease_renew('x', 1) > now();
+SELECT lockfence.fence('x', 1);
+COMMIT;
+
+-- fence 1, then a lease grant of token 2: token 1 is stale (LF001)
+BEGIN;
+SELECT lockfence.fence('y', 1);
+SELECT token FROM lockfence.lease_acquire('y', '1 hour', 'h');
+SELECT lockfence.fence('y', 1);
+ROLLBACK;
+-- the same with lease_try_acquire
+BEGIN;
+SELECT lockfence.fence('y', 1);
+SELECT token FROM lockfence.lease_try_acquire('y', '1 hour', 'h');
+SELECT lockfence.try_fence('y', 1) AS token_1, lockfence.try_fence('y', 2) AS token_2;
+ROLLBACK;
+
+-- reset() in the same transaction: the fence is gone, any token is accepted
+BEGIN;
+SELECT lockfence.fence('z', 5);
+SELECT lockfence.reset('z');
+SELECT lockfence.fence('z', 3);
+SELECT lockfence.current_token('z');
+ROLLBACK;
+
+-- raise_floor() of named resources in the same transaction: tokens below
+-- the floor are stale, also those this transaction fenced
+BEGIN;
+SELECT lockfence.fence('f', 5), lockfence.fence('g', 6);
+SELECT lockfence.raise_floor(100, ARRAY['f']);
+SELECT lockfence.try_fence('f', 5) AS f_5, lockfence.try_fence('g', 6) AS g_6;
+SELECT lockfence.fence('f', 5);
+ROLLBACK;
+-- and of every fence
+BEGIN;
+SELECT lockfence.fence('f', 5), lockfence.fence('g', 6);
+SELECT lockfence.raise_floor(100);
+SELECT lockfence.try_fence('f', 5) AS f_5, lockfence.try_fence('g', 6) AS g_6,
+       lockfence.try_fence('g', 100) AS g_100;
+ROLLBACK;
+
+-- forget_fenced() is for the extension's functions, not for PUBLIC
+CREATE ROLE cache_app;
+SET ROLE cache_app;
+SELECT lockfence.forget_fenced();
+RESET ROLE;
+DROP ROLE cache_app;
+
+DROP EXTENSION lockfence;
