@@ -756,6 +756,42 @@ abandon_release(const ReleaseArgs *a)
 }
 
 /*
+ * The catch side of release_never_raising(), in a function of its own so
+ * that its own PG_TRY does not nest inside the caller's (the macros'
+ * locals would shadow each other).  Called with the error being handled
+ * still set: it is copied, flushed and reported as a WARNING; if even that
+ * fails (out of memory), nothing is reported.  Either way the locks not
+ * released are abandoned.
+ */
+static void
+report_release_failure(ReleaseArgs *a, MemoryContext cxt, int holdoff)
+{
+	PG_TRY();
+	{
+		ErrorData  *edata = CopyErrorData();
+
+		FlushErrorState();
+		etcd_http_abort_all();
+		abandon_release(a);
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not release etcd locks at the end of the transaction: %s",
+						edata->message),
+				 errdetail("The transaction's outcome stands; the locks are freed when their lease is revoked at the end of the session or expires.")));
+		FreeErrorData(edata);
+	}
+	PG_CATCH();
+	{
+		/* even the report failed (out of memory): stay silent */
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		abandon_release(a);
+	}
+	PG_END_TRY();
+}
+
+/*
  * release_at_end, from a transaction callback at commit or abort, where
  * an ERROR must not escape: after a commit it would become a PANIC
  * ("cannot abort transaction, it was already committed"), and during an
@@ -794,29 +830,7 @@ release_never_raising(bool pending, bool xact, bool all,
 		/* release_at_end's HOLD_INTERRUPTS were not undone */
 		InterruptHoldoffCount = holdoff;
 		MemoryContextSwitchTo(cxt);
-		PG_TRY();
-		{
-			ErrorData  *edata = CopyErrorData();
-
-			FlushErrorState();
-			etcd_http_abort_all();
-			abandon_release(&a);
-			ereport(WARNING,
-					(errcode(edata->sqlerrcode),
-					 errmsg("could not release etcd locks at the end of the transaction: %s",
-							edata->message),
-					 errdetail("The transaction's outcome stands; the locks are freed when their lease is revoked at the end of the session or expires.")));
-			FreeErrorData(edata);
-		}
-		PG_CATCH();
-		{
-			/* even the report failed (out of memory): stay silent */
-			InterruptHoldoffCount = holdoff;
-			MemoryContextSwitchTo(cxt);
-			FlushErrorState();
-			abandon_release(&a);
-		}
-		PG_END_TRY();
+		report_release_failure(&a, cxt, holdoff);
 	}
 	PG_END_TRY();
 }
