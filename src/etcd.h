@@ -53,6 +53,7 @@
 #define ETCD_MAX_NAME_BYTES		1024
 
 /* gRPC status codes etcd reports (the "code" of an error reply) */
+#define GRPC_CANCELED			1
 #define GRPC_INVALID_ARGUMENT	3
 #define GRPC_DEADLINE_EXCEEDED	4
 #define GRPC_NOT_FOUND			5
