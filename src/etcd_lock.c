@@ -403,6 +403,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	volatile bool fresh;
 	bool		session_fresh;
 	int64		session_lease;
+	char	   *held_key = NULL;
 	LockRenewal renewal;
 
 	etcd_lock_check_args(name, ttl);
@@ -419,6 +420,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		 */
 		TimestampTz asked_at = GetCurrentTimestamp();
 
+		held_key = lock_key(name, lease);
 		lease = etcd_lease_grant(ttl, &granted_ttl);
 		etcd_session_track(lease, 0, asked_at);
 		fresh = true;
@@ -442,7 +444,8 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		}
 		else if (!try_only)
 		{
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms);
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms,
+						   held_key);
 			if (lease != session_lease)
 				renew_session_lease_after_wait(session_lease);
 			got = true;
@@ -492,8 +495,8 @@ etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope)
  * builds it (lowercase hex without leading zeros, a non-empty name);
  * 0 if key does not have that form.
  */
-static int64
-lease_from_key(const char *key)
+int64
+etcd_lock_key_lease(const char *key)
 {
 	const char *slash = strrchr(key, '/');
 	const char *hex;
@@ -706,7 +709,7 @@ unlock_forced(const char *key)
 bool
 etcd_unlock_key(const char *key, bool force)
 {
-	int64		lease = lease_from_key(key);
+	int64		lease = etcd_lock_key_lease(key);
 
 	if (key[0] == '\0')
 		ereport(ERROR,
