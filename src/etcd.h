@@ -311,6 +311,7 @@ extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
 extern int64 etcd_lock_key_lease(const char *key);
+extern long etcd_acquire_cleanup_budget_ms(void);
 pg_noreturn extern void etcd_report_lock_lost(const char *name,
 											const char *key,
 											const char *detail);

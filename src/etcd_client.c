@@ -629,13 +629,36 @@ etcd_reply_matches(const char *path, const char *request_body, Jsonb *jb,
 }
 
 /*
+ * A quiet call runs in error cleanup with interrupts held, and its budget
+ * may be a full second (ETCD_CLEANUP_MS, after an error other than a
+ * cancel).  A cancel or termination that arrives meanwhile cannot be
+ * served until the cleanup ends, so it cuts what is left of the budget
+ * down to ETCD_PENDING_RELEASE_MS, as if the cleanup had started after
+ * it: an interrupt takes effect at once whatever etcd does (issue 17,
+ * item 15: a termination during such a cleanup reached the client a
+ * second late when a member had stopped answering).
+ */
+static void
+quiet_deadline_for_interrupts(TimestampTz *deadline)
+{
+	TimestampTz cut;
+
+	if (!(ProcDiePending || QueryCancelPending))
+		return;
+	cut = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									  ETCD_PENDING_RELEASE_MS);
+	if (cut < *deadline)
+		*deadline = cut;
+}
+
+/*
  * One exchange with the current endpoint.  Waits until the request
  * finishes or the deadline passes.  Returns the transport status; on
  * ETCD_HTTP_DONE, fills reply->http_code and the raw body.
  */
 static EtcdHttpStatus
 exchange(const char *path, const char *body, const char *token,
-		 TimestampTz deadline, long attempt_ms, bool quiet,
+		 TimestampTz *deadline, long attempt_ms, bool quiet,
 		 char **resp, int *resp_len, long *http_code, char **errtext)
 {
 	char	   *url = psprintf("%s%s", etcd_current_endpoint(), path);
@@ -644,7 +667,9 @@ exchange(const char *path, const char *body, const char *token,
 	EtcdHttpReq *volatile req = NULL;
 	volatile EtcdHttpStatus st = ETCD_HTTP_RUNNING;
 
-	left_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+	if (quiet)
+		quiet_deadline_for_interrupts(deadline);
+	left_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
 	if (left_ms < 1)
 		left_ms = 1;
 	attempt_ms = Min(attempt_ms, left_ms);
@@ -663,10 +688,14 @@ exchange(const char *path, const char *body, const char *token,
 		{
 			long		wait_ms;
 
-			wait_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+			wait_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
 			if (wait_ms <= 0)
 				break;
-			if (!etcd_http_wait(wait_ms) && !quiet)
+			if (etcd_http_wait(wait_ms))
+				continue;
+			if (quiet)
+				quiet_deadline_for_interrupts(deadline);
+			else
 				CHECK_FOR_INTERRUPTS();
 		}
 		if (st == ETCD_HTTP_RUNNING)
@@ -784,14 +813,22 @@ call_transport_failed(const char *path, EtcdHttpStatus st, char *errtext,
  * Wait until a retry is due, serving interrupts unless quiet.
  */
 static void
-call_pause(TimestampTz until, bool quiet)
+call_pause(TimestampTz until, bool quiet, TimestampTz *deadline)
 {
 	while (GetCurrentTimestamp() < until)
 	{
 		long		ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 
-		if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
+		if (etcd_http_wait(Max(ms, 1L)))
+			continue;
+		if (!quiet)
 			CHECK_FOR_INTERRUPTS();
+		else
+		{
+			quiet_deadline_for_interrupts(deadline);
+			if (*deadline < until)
+				until = *deadline;
+		}
 	}
 	if (!quiet)
 		CHECK_FOR_INTERRUPTS();
@@ -847,7 +884,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		}
 
 		last_endpoint = etcd_current_endpoint();
-		st = exchange(path, body, token, retry.deadline, attempt_ms, quiet,
+		st = exchange(path, body, token, &retry.deadline, attempt_ms, quiet,
 					  &resp, &resp_len, &http_code, &errtext);
 
 		if (st == ETCD_HTTP_DONE)
@@ -885,7 +922,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 			 last_err ? last_err : "unknown error");
 		if (!etcd_retry_next(&retry, &retry_at))
 			break;
-		call_pause(retry_at, quiet);
+		call_pause(retry_at, quiet, &retry.deadline);
 	}
 
 	if (quiet)

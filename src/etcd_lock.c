@@ -45,8 +45,23 @@
 #include "metrics.h"
 
 /*
+ * Time allowed for releasing what a failed acquisition left in etcd: as
+ * etcd_cleanup_budget_ms(), and after a wait_timeout (55P03) as short as
+ * after a cancel, ETCD_PENDING_RELEASE_MS.  A wait_timeout ends the call
+ * at once whatever etcd does, as a cancel does: a member that stopped
+ * answering made it fire a full second late before (issue 17, item 15).
+ */
+long
+etcd_acquire_cleanup_budget_ms(void)
+{
+	if (geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE)
+		return ETCD_PENDING_RELEASE_MS;
+	return etcd_cleanup_budget_ms();
+}
+
+/*
  * Release a lock of ours (key on lease) that was not handed to the SQL
- * caller, after an error, quietly within etcd_cleanup_budget_ms():
+ * caller, after an error, quietly within etcd_acquire_cleanup_budget_ms():
  * see etcd_session_release_quietly.  keep_lease: the lease was not
  * granted for this lock (a session lease used before), so only the key
  * is deleted.  Abandons the requests in flight
@@ -55,7 +70,7 @@
 void
 etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
 {
-	long		budget = etcd_cleanup_budget_ms();
+	long		budget = etcd_acquire_cleanup_budget_ms();
 
 	HOLD_INTERRUPTS();
 	etcd_http_abort_all();
@@ -444,7 +459,19 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		}
 		else if (!try_only)
 		{
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms,
+			/* wait_timeout counts from the call, its requests included */
+			long		left = wait_ms;
+
+			if (wait_ms >= 0)
+			{
+				long		secs;
+				int			usecs;
+
+				TimestampDifference(started, GetCurrentTimestamp(), &secs,
+									&usecs);
+				left = Max(wait_ms - (secs * 1000 + usecs / 1000), 0L);
+			}
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, left,
 						   held_key);
 			if (lease != session_lease)
 				renew_session_lease_after_wait(session_lease);

@@ -91,6 +91,63 @@ typedef struct LockWait
 } LockWait;
 
 /*
+ * Send a read of the lock queue, within the wait's deadline: wait_timeout
+ * bounds the whole call, etcd round trips included, so a read that etcd
+ * does not answer before it (a member that stopped answering, or that
+ * cannot be reached) ends the wait with 55P03 at the deadline, not with
+ * 08006 or 08001 up to a request timeout later (issue 17, item 15).
+ */
+static bool
+queue_read(LockWait *w, const char *body, EtcdReply *reply)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile long timeout_ms = etcd_request_timeout_ms;
+	volatile bool ok = false;
+	long		left;
+
+	if (w->deadline == 0)
+		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	left = (long) ((w->deadline - GetCurrentTimestamp()) / 1000);
+	if (left >= timeout_ms)
+		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	timeout_ms = Max(left, 1L);
+
+	PG_TRY();
+	{
+		ok = etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	}
+	PG_CATCH();
+	{
+		int			code = geterrcode();
+		ErrorData  *edata;
+
+		/*
+		 * etcd could not be reached or did not answer within what was
+		 * left of the wait: the call ended because of wait_timeout (a
+		 * read that got no retry in before the deadline ends just before
+		 * it).  Anything else (a rejection, a malformed reply, a lost
+		 * lock, a cancel) is raised as it is.
+		 */
+		if (code != ERRCODE_CONNECTION_FAILURE &&
+			code != ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION)
+			PG_RE_THROW();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+						w->name),
+				 errdetail("The wait_timeout passed while etcd did not answer a read of the lock queue: %s%s%s",
+						   edata->message,
+						   edata->detail ? " " : "",
+						   edata->detail ? edata->detail : "")));
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
  * Read our key and our predecessor in one transaction.  Raises LF003 when
  * our key is gone, on another lease or created again.  Returns the
  * predecessor's key (palloc'd), or NULL when ours is the holder.
@@ -117,8 +174,7 @@ find_predecessor(LockWait *w)
 					etcd_b64_encode(w->key, strlen(w->key)),
 					etcd_b64_encode(prefix, strlen(prefix)),
 					etcd_prefix_end_b64(prefix), w->my_rev - 1);
-	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
-				   &reply))
+	if (!queue_read(w, body, &reply))
 		etcd_report_reply_error("a read of the lock queue", &reply);
 
 	own = etcd_json_object(etcd_json_array_object(&reply.json->root,
