@@ -138,7 +138,7 @@ queue_read(LockWait *w, const char *body, EtcdReply *reply)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
 						w->name),
-				 errdetail("The wait_timeout passed while etcd did not answer a read of the lock queue: %s%s%s",
+				 errdetail("The wait_timeout passed during a read of the lock queue, which failed: %s.%s%s",
 						   edata->message,
 						   edata->detail ? " " : "",
 						   edata->detail ? edata->detail : "")));

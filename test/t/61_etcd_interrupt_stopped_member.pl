@@ -11,7 +11,8 @@
 #	  member did not answer even ran on to the request timeout, 08006),
 #	  and a termination that arrived while the release after another
 #	  error waited for a member that did not answer reached the client
-#	  only when that release gave up, a second later.
+#	  only when that release gave up, a second later.  A read of the queue
+#	  that gets no answer during the wait ends at the wait_timeout.
 #
 #	  Latency is measured from the pg_cancel_backend / pg_terminate_backend
 #	  call returning (or the wait_timeout passing, counted from the
@@ -226,8 +227,9 @@ for my $i (1 .. $tries)
 	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1,
 		ops => [ { op => 'del', path => ['header'] } ]);
 	$fault->set(path => '/v3/lease/revoke', mode => 'hang', seconds => 10);
+	my $revokes = $fault->hits->{'/v3/lease/revoke'} // 0;
 	send_query($w, "SELECT key FROM lockfence.etcd_lock('cut$i', 3);");
-	ok(poll_until(10, sub { ($fault->hits->{'/v3/lease/revoke'} // 0) >= 1 }),
+	ok(poll_until(10, sub { ($fault->hits->{'/v3/lease/revoke'} // 0) > $revokes }),
 		"release cut $i: the release is waiting for its revocation");
 	usleep(100_000);
 	$ctl->query_safe("SELECT pg_terminate_backend($pid)");
@@ -252,6 +254,38 @@ for my $i (1 .. $tries)
 		"release cut $i: the key goes with its lease");
 }
 note sprintf('release cut latencies: %s ms', join(', ', map { sprintf '%.1f', $_ } @cut_ms));
+
+# --- wait_timeout during a read of the queue that gets no answer ------------------
+# Through the fault server: the lock request is relayed, and the waiter's
+# next read of the queue (a txn too) hangs, as on a member that stopped
+# answering just then.  The read is bounded by what is left of the wait:
+# 55P03 at the wait_timeout (before, 08006 after the request timeout).
+my @read_ms;
+for my $i (1 .. $tries)
+{
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	$w->query_safe("SET lockfence.etcd_endpoints = '@{[ $fault->url ]}'");
+	$w->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('warm', 3)");
+	$fault->clear;
+	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1, ops => []);
+	$fault->set(path => '/v3/kv/txn', mode => 'hang', seconds => 10);
+	my $t_sent = time;
+	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
+	my $t1 = wait_for_error($w, 15);
+	ok(defined $t1, "queue read $i: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+55P03/, "queue read $i: 55P03") or diag $w->{stderr};
+	like($w->{stderr}, qr/DETAIL:\s+The wait_timeout passed during a read of the lock queue/,
+		"queue read $i: the detail names the read") or diag $w->{stderr};
+	my $ms = defined $t1 ? ($t1 - $t_sent - $wait_s) * 1000 : 99999;
+	push @read_ms, $ms;
+	ok($ms < $bound_ms,
+		sprintf('queue read %d: wait_timeout fired %.1f ms after it passed (< %d)', $i, $ms, $bound_ms));
+	$fault->clear;
+	ok(poll_until(20, sub { scalar(keys_under('stop/')) == 1 }),
+		"queue read $i: the waiter's key is gone");
+	$w->quit;
+}
+note sprintf('queue read lateness: %s ms', join(', ', map { sprintf '%.1f', $_ } @read_ms));
 $fault->stop;
 
 is_deeply([ keys_under('stop/') ], [$hkey], 'the holder still holds the lock');
