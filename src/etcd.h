@@ -53,6 +53,7 @@
 #define ETCD_MAX_NAME_BYTES		1024
 
 /* gRPC status codes etcd reports (the "code" of an error reply) */
+#define GRPC_CANCELED			1
 #define GRPC_INVALID_ARGUMENT	3
 #define GRPC_DEADLINE_EXCEEDED	4
 #define GRPC_NOT_FOUND			5
@@ -310,13 +311,16 @@ extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
+extern int64 etcd_lock_key_lease(const char *key);
+extern long etcd_acquire_cleanup_budget_ms(void);
 pg_noreturn extern void etcd_report_lock_lost(const char *name,
 											const char *key,
 											const char *detail);
 
 /* etcd_lock_wait.c */
 extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
-						   int64 my_rev, int ttl, long wait_ms);
+						   int64 my_rev, int ttl, long wait_ms,
+						   const char *held_key);
 
 /* etcd_lock_many.c: several locks at once, in byte order of their names */
 

@@ -6,13 +6,14 @@
  *
  * etcd_call() posts a JSON body to the current endpoint.  A connection
  * failure, a timed-out attempt, or an answer that only lasts as long as
- * a leader election ("no leader", "request timed out", "leader changed":
- * HTTP 503 / gRPC code 14, or HTTP 500 / code 2 with those messages) move
- * on to the next endpoint and retry, until the call's own timeout is
- * spent.  Each attempt gets a share of that timeout, so a hung member
- * cannot use all of it when others are listed.  A TLS certificate failure
- * is permanent: the call fails as soon as every endpoint refused once.  When etcd authentication
- * is configured, the token from /v3/auth/authenticate is cached and sent
+ * a restart, a leader election or an overload (etcd_transient_failure:
+ * "no leader", "request timed out", "leader changed", "too many requests",
+ * the gateway's "the client connection is closing", ...) move on to the
+ * next endpoint and retry, until the call's own timeout is spent.  Each
+ * attempt gets a share of that timeout, so a hung member cannot use all
+ * of it when others are listed.  A TLS certificate failure is permanent:
+ * the call fails as soon as every endpoint refused once.  When etcd
+ * authentication is configured, the token from /v3/auth/authenticate is cached and sent
  * raw in the Authorization header, and fetched again once when etcd says
  * it is no longer valid.  The password is only ever put in the body of
  * the authenticate request, never in a message.
@@ -153,10 +154,14 @@ etcd_forget_auth_token(void)
 }
 
 /*
- * etcd's messages for failures that last only as long as a leader election
- * or an overload.  etcd reports some of them as HTTP 500, gRPC code 2 (the
- * lock service wraps every error that way), so the text is what tells them
- * from permanent errors.
+ * etcd's messages for failures that last only as long as a restart, a
+ * leader election or an overload.  etcd reports some of them as HTTP 500,
+ * gRPC code 2 (the lock service wraps every error that way), and "too
+ * many requests" as HTTP 429, code 8 (which also carries the permanent
+ * "database space exceeded"), so the text is what tells them from
+ * permanent errors.  "the client connection is closing" and "transport is
+ * closing" come from the gateway inside a member that is shutting down or
+ * restarting (HTTP 408, code 1): the request may be sent again.
  */
 static const char *const transient_texts[] = {
 	"etcdserver: request timed out",
@@ -165,20 +170,32 @@ static const char *const transient_texts[] = {
 	"etcdserver: too many requests",
 	"etcdserver: server stopped",
 	"etcdserver: timed out waiting for read index response",
+	"etcdserver: not enough started members",
+	"the client connection is closing",
+	"transport is closing",
 	NULL
 };
 
 /*
- * Is this answer one after which another endpoint should be tried?  HTTP
- * 503 / gRPC code 14, or one of etcd's election and overload messages
- * whatever the code.
+ * The one classification of etcd's error answers: is this one after which
+ * the request should be sent again (on the next endpoint, within the
+ * call's budget)?  HTTP 503 / gRPC code 14 (unavailable), HTTP 504 / code 4
+ * (the gateway's deadline passed) and HTTP 408 / code 1 (the gateway's
+ * connection to its member was canceled: a restart), or one of etcd's
+ * restart, election and overload messages whatever the code.  Everything
+ * else (bad request, permission, lease not found, space exceeded, ...) is
+ * final.  Failures without an answer (refused or reset connections,
+ * timeouts) are retried too, except TLS certificate failures and replies
+ * too large (call_transport_failed).
  */
 bool
 etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
 {
 	int			i;
 
-	if (http_code == 503 || grpc_code == GRPC_UNAVAILABLE)
+	if (http_code == 503 || http_code == 504 || http_code == 408 ||
+		grpc_code == GRPC_UNAVAILABLE || grpc_code == GRPC_DEADLINE_EXCEEDED ||
+		grpc_code == GRPC_CANCELED)
 		return true;
 	if (error_text == NULL)
 		return false;
@@ -287,8 +304,7 @@ etcd_report_reply_error(const char *what, EtcdReply *reply)
 			 (reply->error_text && strstr(reply->error_text, "permission denied")))
 		code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	else if (etcd_transient_failure(reply->http_code, reply->grpc_code,
-									reply->error_text) ||
-			 reply->grpc_code == GRPC_DEADLINE_EXCEEDED)
+									reply->error_text))
 		code = ERRCODE_CONNECTION_FAILURE;
 	else
 		code = ERRCODE_CONNECTION_EXCEPTION;
@@ -613,13 +629,36 @@ etcd_reply_matches(const char *path, const char *request_body, Jsonb *jb,
 }
 
 /*
+ * A quiet call runs in error cleanup with interrupts held, and its budget
+ * may be a full second (ETCD_CLEANUP_MS, after an error other than a
+ * cancel).  A cancel or termination that arrives meanwhile cannot be
+ * served until the cleanup ends, so it cuts what is left of the budget
+ * down to ETCD_PENDING_RELEASE_MS, as if the cleanup had started after
+ * it: an interrupt takes effect at once whatever etcd does (issue 17,
+ * item 15: a termination during such a cleanup reached the client a
+ * second late when a member had stopped answering).
+ */
+static void
+quiet_deadline_for_interrupts(TimestampTz *deadline)
+{
+	TimestampTz cut;
+
+	if (!(ProcDiePending || QueryCancelPending))
+		return;
+	cut = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									  ETCD_PENDING_RELEASE_MS);
+	if (cut < *deadline)
+		*deadline = cut;
+}
+
+/*
  * One exchange with the current endpoint.  Waits until the request
  * finishes or the deadline passes.  Returns the transport status; on
  * ETCD_HTTP_DONE, fills reply->http_code and the raw body.
  */
 static EtcdHttpStatus
 exchange(const char *path, const char *body, const char *token,
-		 TimestampTz deadline, long attempt_ms, bool quiet,
+		 TimestampTz *deadline, long attempt_ms, bool quiet,
 		 char **resp, int *resp_len, long *http_code, char **errtext)
 {
 	char	   *url = psprintf("%s%s", etcd_current_endpoint(), path);
@@ -628,7 +667,9 @@ exchange(const char *path, const char *body, const char *token,
 	EtcdHttpReq *volatile req = NULL;
 	volatile EtcdHttpStatus st = ETCD_HTTP_RUNNING;
 
-	left_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+	if (quiet)
+		quiet_deadline_for_interrupts(deadline);
+	left_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
 	if (left_ms < 1)
 		left_ms = 1;
 	attempt_ms = Min(attempt_ms, left_ms);
@@ -647,10 +688,14 @@ exchange(const char *path, const char *body, const char *token,
 		{
 			long		wait_ms;
 
-			wait_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+			wait_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
 			if (wait_ms <= 0)
 				break;
-			if (!etcd_http_wait(wait_ms) && !quiet)
+			if (etcd_http_wait(wait_ms))
+				continue;
+			if (quiet)
+				quiet_deadline_for_interrupts(deadline);
+			else
 				CHECK_FOR_INTERRUPTS();
 		}
 		if (st == ETCD_HTTP_RUNNING)
@@ -768,14 +813,22 @@ call_transport_failed(const char *path, EtcdHttpStatus st, char *errtext,
  * Wait until a retry is due, serving interrupts unless quiet.
  */
 static void
-call_pause(TimestampTz until, bool quiet)
+call_pause(TimestampTz until, bool quiet, TimestampTz *deadline)
 {
 	while (GetCurrentTimestamp() < until)
 	{
 		long		ms = (long) ((until - GetCurrentTimestamp()) / 1000);
 
-		if (!etcd_http_wait(Max(ms, 1L)) && !quiet)
+		if (etcd_http_wait(Max(ms, 1L)))
+			continue;
+		if (!quiet)
 			CHECK_FOR_INTERRUPTS();
+		else
+		{
+			quiet_deadline_for_interrupts(deadline);
+			if (*deadline < until)
+				until = *deadline;
+		}
 	}
 	if (!quiet)
 		CHECK_FOR_INTERRUPTS();
@@ -831,7 +884,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		}
 
 		last_endpoint = etcd_current_endpoint();
-		st = exchange(path, body, token, retry.deadline, attempt_ms, quiet,
+		st = exchange(path, body, token, &retry.deadline, attempt_ms, quiet,
 					  &resp, &resp_len, &http_code, &errtext);
 
 		if (st == ETCD_HTTP_DONE)
@@ -869,7 +922,7 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 			 last_err ? last_err : "unknown error");
 		if (!etcd_retry_next(&retry, &retry_at))
 			break;
-		call_pause(retry_at, quiet);
+		call_pause(retry_at, quiet, &retry.deadline);
 	}
 
 	if (quiet)

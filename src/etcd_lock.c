@@ -45,8 +45,23 @@
 #include "metrics.h"
 
 /*
+ * Time allowed for releasing what a failed acquisition left in etcd: as
+ * etcd_cleanup_budget_ms(), and after a wait_timeout (55P03) as short as
+ * after a cancel, ETCD_PENDING_RELEASE_MS.  A wait_timeout ends the call
+ * at once whatever etcd does, as a cancel does: a member that stopped
+ * answering made it fire a full second late before (issue 17, item 15).
+ */
+long
+etcd_acquire_cleanup_budget_ms(void)
+{
+	if (geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE)
+		return ETCD_PENDING_RELEASE_MS;
+	return etcd_cleanup_budget_ms();
+}
+
+/*
  * Release a lock of ours (key on lease) that was not handed to the SQL
- * caller, after an error, quietly within etcd_cleanup_budget_ms():
+ * caller, after an error, quietly within etcd_acquire_cleanup_budget_ms():
  * see etcd_session_release_quietly.  keep_lease: the lease was not
  * granted for this lock (a session lease used before), so only the key
  * is deleted.  Abandons the requests in flight
@@ -55,7 +70,7 @@
 void
 etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
 {
-	long		budget = etcd_cleanup_budget_ms();
+	long		budget = etcd_acquire_cleanup_budget_ms();
 
 	HOLD_INTERRUPTS();
 	etcd_http_abort_all();
@@ -403,6 +418,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 	volatile bool fresh;
 	bool		session_fresh;
 	int64		session_lease;
+	char	   *held_key = NULL;
 	LockRenewal renewal;
 
 	etcd_lock_check_args(name, ttl);
@@ -419,6 +435,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		 */
 		TimestampTz asked_at = GetCurrentTimestamp();
 
+		held_key = lock_key(name, lease);
 		lease = etcd_lease_grant(ttl, &granted_ttl);
 		etcd_session_track(lease, 0, asked_at);
 		fresh = true;
@@ -442,7 +459,20 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		}
 		else if (!try_only)
 		{
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, wait_ms);
+			/* wait_timeout counts from the call, its requests included */
+			long		left = wait_ms;
+
+			if (wait_ms >= 0)
+			{
+				long		secs;
+				int			usecs;
+
+				TimestampDifference(started, GetCurrentTimestamp(), &secs,
+									&usecs);
+				left = Max(wait_ms - (secs * 1000 + usecs / 1000), 0L);
+			}
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, left,
+						   held_key);
 			if (lease != session_lease)
 				renew_session_lease_after_wait(session_lease);
 			got = true;
@@ -492,8 +522,8 @@ etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope)
  * builds it (lowercase hex without leading zeros, a non-empty name);
  * 0 if key does not have that form.
  */
-static int64
-lease_from_key(const char *key)
+int64
+etcd_lock_key_lease(const char *key)
 {
 	const char *slash = strrchr(key, '/');
 	const char *hex;
@@ -706,7 +736,7 @@ unlock_forced(const char *key)
 bool
 etcd_unlock_key(const char *key, bool force)
 {
-	int64		lease = lease_from_key(key);
+	int64		lease = etcd_lock_key_lease(key);
 
 	if (key[0] == '\0')
 		ereport(ERROR,

@@ -338,7 +338,7 @@ lock_set_release_after_error(EtcdLockSet *set)
 	TimestampTz deadline;
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										   etcd_cleanup_budget_ms());
+										   etcd_acquire_cleanup_budget_ms());
 	while (set->held > 0 && GetCurrentTimestamp() < deadline)
 	{
 		EtcdLockResult *l = &set->locks[--set->held];

@@ -91,6 +91,63 @@ typedef struct LockWait
 } LockWait;
 
 /*
+ * Send a read of the lock queue, within the wait's deadline: wait_timeout
+ * bounds the whole call, etcd round trips included, so a read that etcd
+ * does not answer before it (a member that stopped answering, or that
+ * cannot be reached) ends the wait with 55P03 at the deadline, not with
+ * 08006 or 08001 up to a request timeout later (issue 17, item 15).
+ */
+static bool
+queue_read(LockWait *w, const char *body, EtcdReply *reply)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile long timeout_ms = etcd_request_timeout_ms;
+	volatile bool ok = false;
+	long		left;
+
+	if (w->deadline == 0)
+		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	left = (long) ((w->deadline - GetCurrentTimestamp()) / 1000);
+	if (left >= timeout_ms)
+		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	timeout_ms = Max(left, 1L);
+
+	PG_TRY();
+	{
+		ok = etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
+	}
+	PG_CATCH();
+	{
+		int			code = geterrcode();
+		ErrorData  *edata;
+
+		/*
+		 * etcd could not be reached or did not answer within what was
+		 * left of the wait: the call ended because of wait_timeout (a
+		 * read that got no retry in before the deadline ends just before
+		 * it).  Anything else (a rejection, a malformed reply, a lost
+		 * lock, a cancel) is raised as it is.
+		 */
+		if (code != ERRCODE_CONNECTION_FAILURE &&
+			code != ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION)
+			PG_RE_THROW();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+						w->name),
+				 errdetail("The wait_timeout passed during a read of the lock queue, which failed: %s.%s%s",
+						   edata->message,
+						   edata->detail ? " " : "",
+						   edata->detail ? edata->detail : "")));
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
  * Read our key and our predecessor in one transaction.  Raises LF003 when
  * our key is gone, on another lease or created again.  Returns the
  * predecessor's key (palloc'd), or NULL when ours is the holder.
@@ -117,8 +174,7 @@ find_predecessor(LockWait *w)
 					etcd_b64_encode(w->key, strlen(w->key)),
 					etcd_b64_encode(prefix, strlen(prefix)),
 					etcd_prefix_end_b64(prefix), w->my_rev - 1);
-	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
-				   &reply))
+	if (!queue_read(w, body, &reply))
 		etcd_report_reply_error("a read of the lock queue", &reply);
 
 	own = etcd_json_object(etcd_json_array_object(&reply.json->root,
@@ -208,53 +264,145 @@ start_watch(LockWait *w, const char *pred)
 }
 
 /*
+ * Non-raising accessors for watch messages (watch_message): a member of
+ * c, which must be absent, null or of the given kind; *bad is set when it
+ * is present with another type.
+ */
+static JsonbContainer *
+msg_container(JsonbContainer *c, const char *key, bool array, bool *bad)
+{
+	JsonbValue *v;
+
+	if (c == NULL)
+		return NULL;
+	v = getKeyJsonValueFromContainer(c, key, strlen(key), NULL);
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	if (v->type != jbvBinary ||
+		(array ? !JsonContainerIsArray(v->val.binary.data) :
+		 !JsonContainerIsObject(v->val.binary.data)))
+	{
+		*bad = true;
+		return NULL;
+	}
+	return v->val.binary.data;
+}
+
+static bool
+msg_bool(JsonbContainer *c, const char *key, bool *bad)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(c, key, strlen(key), NULL);
+
+	if (v == NULL || v->type == jbvNull)
+		return false;
+	if (v->type != jbvBool)
+	{
+		*bad = true;
+		return false;
+	}
+	return v->val.boolean;
+}
+
+static char *
+msg_string(JsonbContainer *c, const char *key, bool *bad)
+{
+	char	   *s = NULL;
+
+	if (c != NULL && etcd_json_get_string(c, key, &s) == ETCD_FIELD_BAD)
+		*bad = true;
+	return s;
+}
+
+/*
+ * A malformed watch message: the watch fails, as any failed watch does
+ * (retried through the next endpoint, the waiter keeping its place in
+ * the queue; 08P01 once the retries are spent).
+ */
+static WatchNews
+watch_malformed(LockWait *w, const char *why)
+{
+	w->watch_error = psprintf("the watch stream carried a malformed message: %s",
+							  why);
+	w->watch_malformed = true;
+	return WATCH_FAILED;
+}
+
+/*
  * Read one message of the watch stream.  Only a DELETE of the key we
  * watch counts as a delete: anything else in the events is ignored (a
- * lock key is never written again), and a message that is not a watch
- * result ends the watch.
+ * lock key is never written again).  A message that is not a well-formed
+ * watch result (not JSON, no "result" object, a field of the wrong type,
+ * an event key that is not base64) ends the watch, whatever part of it is
+ * wrong: never raises an error.
  */
 static WatchNews
 watch_message(LockWait *w, const char *msg, int len)
 {
 	Jsonb	   *jb;
 	JsonbContainer *result;
+	JsonbContainer *events;
+	bool		bad = false;
+	bool		canceled;
+	bool		created;
 	int			n;
 	int			i;
 
 	etcd_reply_context = "/v3/watch";
 	/* the parser wants a string of exactly len bytes */
 	if (!etcd_parse_reply(pnstrdup(msg, len), len, &jb) ||
-		(result = etcd_json_object(&jb->root, "result")) == NULL)
+		(result = msg_container(&jb->root, "result", false, &bad)) == NULL)
 	{
 		w->watch_error = "the watch stream carried a message that is not a watch result";
 		w->watch_malformed = true;
 		return WATCH_FAILED;
 	}
-	if (etcd_json_bool(result, "canceled"))
+	canceled = msg_bool(result, "canceled", &bad);
+	created = msg_bool(result, "created", &bad);
+	events = msg_container(result, "events", true, &bad);
+	if (bad)
+		return watch_malformed(w, "a field of the result has the wrong type");
+	if (canceled)
 	{
-		char	   *reason = etcd_json_string(result, "cancel_reason");
+		char	   *reason = msg_string(result, "cancel_reason", &bad);
 
 		w->watch_error = psprintf("etcd canceled the watch%s%s",
 								  reason ? ": " : "", reason ? reason : "");
 		w->watch_malformed = false;
 		return WATCH_FAILED;
 	}
-	n = etcd_json_array_length(result, "events");
+	n = events ? JsonContainerSize(events) : 0;
 	for (i = 0; i < n; i++)
 	{
-		JsonbContainer *ev = etcd_json_array_object(result, "events", i);
-		char	   *type = ev ? etcd_json_string(ev, "type") : NULL;
+		JsonbValue *elem = getIthJsonbValueFromContainer(events, i);
+		JsonbContainer *ev;
+		JsonbContainer *kv;
+		char	   *type;
+		char	   *key64;
 		char	   *key;
 		int			key_len;
 
+		if (elem == NULL || elem->type != jbvBinary ||
+			!JsonContainerIsObject(elem->val.binary.data))
+			return watch_malformed(w, "an event is not an object");
+		ev = elem->val.binary.data;
+		type = msg_string(ev, "type", &bad);
+		kv = msg_container(ev, "kv", false, &bad);
+		if (bad)
+			return watch_malformed(w, "a field of an event has the wrong type");
+		/* etcd omits the zero value of the type: PUT */
 		if (type == NULL || strcmp(type, "DELETE") != 0)
 			continue;
-		key = etcd_json_bytes(etcd_json_object(ev, "kv"), "key", &key_len);
-		if (key != NULL && key_len == (int) strlen(w->pred) &&
+		key64 = msg_string(kv, "key", &bad);
+		if (bad || key64 == NULL)
+			return watch_malformed(w, "a DELETE event carries no key");
+		key = etcd_b64_decode(key64, &key_len);
+		if (key == NULL)
+			return watch_malformed(w, "the key of a DELETE event is not valid base64");
+		if (key_len == (int) strlen(w->pred) &&
 			memcmp(key, w->pred, key_len) == 0)
 			return WATCH_DELETED;
 	}
-	if (etcd_json_bool(result, "created") && !w->created)
+	if (created && !w->created)
 	{
 		w->created = true;
 		return WATCH_CREATED;
@@ -511,17 +659,52 @@ renew_if_due(LockWait *w)
 }
 
 /*
+ * Raise the error for a wait whose wait_timeout passed.  held_key, or the
+ * predecessor if it is a key this session holds, is this session's own
+ * lock on the name: a session does not reenter its locks, so the wait
+ * was on itself, which the message must say (issue 17, item 16).
+ */
+static void
+report_wait_timeout(LockWait *w, const char *held_key)
+{
+	const char *own = held_key;
+
+	if (own == NULL && w->pred != NULL)
+	{
+		int64		pred_lease = etcd_lock_key_lease(w->pred);
+
+		if (pred_lease > 0 && etcd_session_holds_key(pred_lease, w->pred))
+			own = w->pred;
+	}
+	if (own != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+						w->name),
+				 errdetail("This session already holds the lock, with key \"%s\": a session that locks a name again waits for itself like any other session would.",
+						   own),
+				 errhint("Use the lock this session holds, or release it with lockfence.etcd_unlock('%s') before locking the name again.",
+						 own)));
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+					w->name),
+			 errdetail("Another session holds the lock or waits ahead of this one.")));
+}
+
+/*
  * Wait until our key (created at my_rev under lease, whose TTL is ttl) is
  * the holder: it exists and no key under "<name>/" is older, as one
  * linearizable read found on return.  Keeps the lease alive every
  * third of its TTL, counted from its last renewal.  wait_ms < 0 waits
- * forever.  Raises LF003 when our key or lease goes away, 55P03 when
- * wait_ms passes.  The requests in flight are released by
+ * forever.  held_key: a key of this session's own under name (it holds
+ * the lock already), or NULL.  Raises LF003 when our key or lease goes
+ * away, 55P03 when wait_ms passes.  The requests in flight are released by
  * etcd_http_abort_all() in the caller's error cleanup, or here.
  */
 void
 etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
-			   int ttl, long wait_ms)
+			   int ttl, long wait_ms, const char *held_key)
 {
 	LockWait	w;
 	TimestampTz now = GetCurrentTimestamp();
@@ -561,11 +744,7 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 			break;
 		wait_keepalive(&w);
 		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
-							name),
-					 errdetail("Another session holds the lock or waits ahead of this one.")));
+			report_wait_timeout(&w, held_key);
 		wait_idle(&w, wait_sleep_ms(&w));
 	}
 	MemoryContextSwitchTo(oldcxt);

@@ -41,6 +41,21 @@ Modes:
     slow             200, Content-Length 1 MB, then one byte per second:
                      the reply never ends
     hang             read the request, send nothing
+    transient        one of the answers etcd's JSON gateway gives while a
+                     member restarts, an election runs or it is overloaded,
+                     exactly as etcd 3.4 sends it; "kind" is one of
+                     closing          408, code 1 "grpc: the client
+                                      connection is closing" (a restart)
+                     leader_changed   503, code 14 "etcdserver: leader changed"
+                     no_leader        503, code 14 "etcdserver: no leader"
+                     too_many_requests  429, code 8 "etcdserver: too many
+                                      requests"
+                     timed_out        503, code 14 "etcdserver: request
+                                      timed out"
+                     With "times": N, N such answers, then the request is
+                     relayed to etcd as usual.
+    reset            read the request, then reset the connection (RST, no
+                     reply), as a member that is killed mid-request does
     lines            200, chunked: each string of "lines" as one chunk
                      (a watch stream's messages), then keep the stream open
                      for "seconds" (default 600) unless "close" is true
@@ -54,6 +69,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -82,6 +98,17 @@ def take_rule(path):
             FAULTS[0] += 1
             return rule
     return None
+
+
+# The gateway's transient answers (mode "transient"): HTTP status, gRPC
+# code, message, as etcd 3.4 sends them.
+TRANSIENT = {
+    "closing": (408, 1, "grpc: the client connection is closing"),
+    "leader_changed": (503, 14, "etcdserver: leader changed"),
+    "no_leader": (503, 14, "etcdserver: no leader"),
+    "too_many_requests": (429, 8, "etcdserver: too many requests"),
+    "timed_out": (503, 14, "etcdserver: request timed out"),
+}
 
 
 def apply_ops(doc, ops):
@@ -254,6 +281,19 @@ class Handler(BaseHTTPRequestHandler):
                        "message": "etcdserver: injected failure", "code": 2}
             data = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
             self.reply(status, data)
+        elif mode == "transient":
+            status, code, msg = TRANSIENT[rule["kind"]]
+            self.reply(status, json.dumps({"error": msg, "message": msg,
+                                           "code": code}).encode())
+        elif mode == "reset":
+            self.close_connection = True
+            try:
+                # SO_LINGER with a zero timeout: close() sends a RST
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.connection.close()
+            except OSError:
+                pass
         elif mode == "mutate":
             try:
                 status, ctype, data = self.upstream(body)

@@ -218,24 +218,40 @@ watch_case(label => 'watch: oversized stream',
 	rules => [ { path => '/v3/watch', mode => 'oversized_chunked', size => 3 * 1024 * 1024 } ],
 	sqlstate => qr/^08P01$/);
 
+# A DELETE event whose key is not valid base64 is a malformed watch
+# message like any other (issue 17, item 16: it ended the wait with 08P01
+# at once, while other malformed messages were retried): the same policy,
+# 08P01 once the retries are spent.
+my $bad_delete = qq({"result":{"header":{"revision":"5"},"events":[{"type":"DELETE","kv":{"key":"%%% not base64 %%%","mod_revision":"5"}}]}}\n);
+watch_case(label => 'watch: a DELETE event whose key is not base64',
+	rules => [ { path => '/v3/watch', mode => 'lines', close => 1, lines => [$bad_delete] } ],
+	sqlstate => qr/^08P01$/, text => qr/not valid base64/);
+
 # A watch that fails once is set up again, and the waiter keeps its place:
-# it gets the lock once the holder releases it.
+# it gets the lock once the holder releases it.  The same for every kind
+# of failure: canceled by etcd, a message that is not a watch result, a
+# DELETE event whose key is not base64.
+for my $once ([ 'canceled', qq({"result":{"canceled":true,"cancel_reason":"once"}}\n) ],
+	[ 'not a watch result', qq({"error":{"grpc_code":14,"message":"once"}}\n) ],
+	[ 'DELETE key not base64', $bad_delete ])
 {
+	my ($what, $line) = @$once;
 	my $name = 'w' . ++$n;
 	my $hkey = hold($name);
+	my $w0 = $fault->hits->{'/v3/watch'} // 0;
 	$fault->set(path => '/v3/watch', mode => 'lines', close => 1, times => 1,
-		lines => [ qq({"result":{"canceled":true,"cancel_reason":"once"}}\n) ]);
+		lines => [$line]);
 	LockfenceTest::EtcdCluster::send_query($s,
 		"SELECT key || ' ' || token FROM lockfence.etcd_lock('$name', 30, '20s');");
-	ok($etcd->wait_for_keys("$name/", 2), 'watch failing once: the waiter queued');
+	ok($etcd->wait_for_keys("$name/", 2), "watch failing once ($what): the waiter queued");
 	ok( LockfenceTest::EtcdCluster::poll_until(10,
-			sub { ($fault->hits->{'/v3/watch'} // 0) >= 2 }),
-		'watch failing once: the watch was set up again');
+			sub { ($fault->hits->{'/v3/watch'} // 0) >= $w0 + 2 }),
+		"watch failing once ($what): the watch was set up again");
 	LockfenceTest::EtcdCluster::sql_try($holder,
 		"SELECT lockfence.etcd_unlock('$hkey')");
 	my ($out, $err) = LockfenceTest::EtcdCluster::wait_result($s, 30);
 	my ($wkey, $wtoken) = split / /, $out;
-	like($wtoken // '', qr/^\d+$/, 'watch failing once: the waiter got the lock')
+	like($wtoken // '', qr/^\d+$/, "watch failing once ($what): the waiter got the lock")
 	  or diag("stdout: $out\nstderr: $err");
 	$fault->clear;
 	LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_unlock('$wkey')")

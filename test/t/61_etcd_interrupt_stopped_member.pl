@@ -1,19 +1,27 @@
 
 # 61_etcd_interrupt_stopped_member.pl
-#	  Cancel and termination of a waiting etcd_lock take effect at once
-#	  even when the etcd member stopped answering (SIGSTOP), and the exit
-#	  cleanup stays within its documented 1 s budget (issue 7, item 7).
-#	  Before the fix, the cancel took 1.0 s (the waiter's lease revocation
-#	  waited its full second for the paused member) and the termination
-#	  2.0 s (1 s in the wait loop, then 1 s more at exit).
+#	  Cancel, termination and wait_timeout of a waiting etcd_lock take
+#	  effect at once even when the etcd member stopped answering
+#	  (SIGSTOP), and the exit cleanup stays within its documented 1 s
+#	  budget (issue 7, item 7; issue 17, item 15).  Before issue 7 the
+#	  cancel took 1.0 s (the waiter's lease revocation waited its full
+#	  second for the paused member) and the termination 2.0 s.  Before
+#	  issue 17, a wait_timeout fired about 1 s late (the release after it
+#	  got the 1 s budget of other errors; a read of the queue that the
+#	  member did not answer even ran on to the request timeout, 08006),
+#	  and a termination that arrived while the release after another
+#	  error waited for a member that did not answer reached the client
+#	  only when that release gave up, a second later.  A read of the queue
+#	  that gets no answer during the wait ends at the wait_timeout.
 #
 #	  Latency is measured from the pg_cancel_backend / pg_terminate_backend
-#	  call returning to the error reaching the client, over several tries:
-#	  the median must be below 100 ms and every try below 300 ms (a margin
-#	  for a loaded machine that still tells 50 ms from 1 s).  The backend
-#	  must be gone within 1.6 s of the termination (1 s budget plus margin;
-#	  2 s before the fix).  Once the member resumes, the waiters' leases go
-#	  away (revoked, or expired: their TTL is 3 s).
+#	  call returning (or the wait_timeout passing, counted from the
+#	  client sending the query) to the error reaching the client, over
+#	  several tries: EVERY try must be below 100 ms, as the README
+#	  promises.  The backend must be gone within 1.6 s of the termination
+#	  (1 s budget plus margin; 2 s before issue 7).  Once the member
+#	  resumes, the waiters' leases go away (revoked, or expired: their TTL
+#	  is 3 s).
 
 use strict;
 use warnings;
@@ -26,6 +34,10 @@ use Time::HiRes qw(time usleep);
 use LockfenceTest::EtcdCluster;
 
 my $tries = 5;
+
+# Every try's bound (see the header), and the wait_timeout of its tries.
+my $bound_ms = 100;
+my $wait_s = 1;
 
 my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'stopint');
 $etcd->start;
@@ -80,15 +92,11 @@ sub poll_until
 	return $code->();
 }
 
-sub median
-{
-	my @v = sort { $a <=> $b } @_;
-	return $v[ int(@v / 2) ];
-}
 
 # The holder keeps the lock, so every waiter queues behind it.
 my $holder = LockfenceTest::EtcdCluster::session($node);
-my $hkey = $holder->query_safe("SELECT key FROM lockfence.etcd_lock('stop', 60)");
+# (TTL 600: nothing renews it while the test runs, for about 2 minutes)
+my $hkey = $holder->query_safe("SELECT key FROM lockfence.etcd_lock('stop', 600)");
 my @base_leases = leases();
 my $ctl = LockfenceTest::EtcdCluster::session($node);
 
@@ -134,14 +142,13 @@ for my $i (1 .. $tries)
 	like($w->{stderr}, qr/ERROR:\s+57014/, "cancel $i: 57014");
 	my $ms = defined $t1 ? ($t1 - $t0) * 1000 : 99999;
 	push @cancel_ms, $ms;
-	ok($ms < 300, sprintf('cancel %d took %.1f ms (< 300)', $i, $ms));
+	ok($ms < $bound_ms, sprintf('cancel %d took %.1f ms (< %d)', $i, $ms, $bound_ms));
 	resume_and_check_leases("cancel $i");
 	$w->{stderr} = '';
 	is($w->query_safe('SELECT 1'), '1', "cancel $i: session usable");
 	$w->quit;
 }
-my $m = median(@cancel_ms);
-ok($m < 100, sprintf('median cancel latency %.1f ms (< 100)', $m));
+note sprintf('cancel latencies: %s ms', join(', ', map { sprintf '%.1f', $_ } @cancel_ms));
 
 # --- pg_terminate_backend -------------------------------------------------------
 
@@ -156,7 +163,7 @@ for my $i (1 .. $tries)
 	like($w->{stderr}, qr/FATAL:\s+57P01/, "terminate $i: 57P01");
 	my $ms = defined $t1 ? ($t1 - $t0) * 1000 : 99999;
 	push @term_ms, $ms;
-	ok($ms < 300, sprintf('terminate %d took %.1f ms (< 300)', $i, $ms));
+	ok($ms < $bound_ms, sprintf('terminate %d took %.1f ms (< %d)', $i, $ms, $bound_ms));
 
 	# the exit cleanup (revoking the lease) is bounded by 1 s in total
 	my $gone = poll_until(10, sub {
@@ -167,8 +174,119 @@ for my $i (1 .. $tries)
 	resume_and_check_leases("terminate $i");
 	eval { $w->quit; };
 }
-$m = median(@term_ms);
-ok($m < 100, sprintf('median termination latency %.1f ms (< 100)', $m));
+note sprintf('termination latencies: %s ms', join(', ', map { sprintf '%.1f', $_ } @term_ms));
+
+# --- wait_timeout -----------------------------------------------------------------
+# The waiter queues, the member stops answering, and the wait_timeout
+# passes: 55P03 at once (the release of the waiter's key gets the short
+# budget, and a read of the queue that the member does not answer is cut
+# at the deadline).
+
+my @late_ms;
+for my $i (1 .. $tries)
+{
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	# load the library and open the connections first: the lateness of
+	# the wait_timeout is measured, not the session's first call
+	$w->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('warm', 3)");
+	my $t_sent = time;
+	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
+	ok(poll_until(30, sub { scalar(keys_under('stop/')) == 2 }),
+		"wait_timeout $i: waiter queued its key");
+	$etcd->pause_member(0);
+	my $t1 = wait_for_error($w, 15);
+	ok(defined $t1, "wait_timeout $i: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+55P03/, "wait_timeout $i: 55P03")
+	  or diag $w->{stderr};
+	my $ms = defined $t1 ? ($t1 - $t_sent - $wait_s) * 1000 : 99999;
+	push @late_ms, $ms;
+	ok($ms < $bound_ms,
+		sprintf('wait_timeout %d fired %.1f ms after it passed (< %d)', $i, $ms, $bound_ms));
+	resume_and_check_leases("wait_timeout $i");
+	$w->{stderr} = '';
+	is($w->query_safe('SELECT 1'), '1', "wait_timeout $i: session usable");
+	$w->quit;
+}
+note sprintf('wait_timeout lateness: %s ms', join(', ', map { sprintf '%.1f', $_ } @late_ms));
+
+# --- termination during the release after another error ----------------------------
+# Through test/fault_http_server.py: the reply to the lock request is
+# malformed (08P01, after etcd queued the key), and the revocation that
+# releases the key then gets no answer, as from a stopped member: the
+# release may take up to 1 s (the budget after errors other than a
+# cancel).  A termination that arrives meanwhile cuts it short.
+
+my $fault = $etcd->start_fault_server($etcd->client_url(0));
+my @cut_ms;
+for my $i (1 .. $tries)
+{
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	my $pid = $w->{pid};
+	$w->query_safe("SET lockfence.etcd_endpoints = '@{[ $fault->url ]}'");
+	$fault->clear;
+	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1,
+		ops => [ { op => 'del', path => ['header'] } ]);
+	$fault->set(path => '/v3/lease/revoke', mode => 'hang', seconds => 10);
+	my $revokes = $fault->hits->{'/v3/lease/revoke'} // 0;
+	send_query($w, "SELECT key FROM lockfence.etcd_lock('cut$i', 3);");
+	ok(poll_until(10, sub { ($fault->hits->{'/v3/lease/revoke'} // 0) > $revokes }),
+		"release cut $i: the release is waiting for its revocation");
+	usleep(100_000);
+	$ctl->query_safe("SELECT pg_terminate_backend($pid)");
+	my $t0 = time;
+	my $t1 = wait_for_error($w, 10);
+	ok(defined $t1, "release cut $i: error arrived");
+	my $ms = defined $t1 ? ($t1 - $t0) * 1000 : 99999;
+	push @cut_ms, $ms;
+	ok($ms < $bound_ms,
+		sprintf('release cut %d: the error reached the client %.1f ms after the termination (< %d)',
+			$i, $ms, $bound_ms));
+	like($w->{stderr}, qr/ERROR:\s+08P01/, "release cut $i: the error is the malformed reply's");
+	# (psql, idle, reads the FATAL only with its next query: look at the
+	# backend instead; its exit cleanup has a 1 s budget)
+	ok(poll_until(5, sub {
+		$ctl->query_safe("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0' }),
+		"release cut $i: the backend terminated");
+	$fault->clear;
+	eval { $w->quit; };
+	# the lock's lease (TTL 3) expires with its key
+	ok(poll_until(20, sub { scalar(keys_under("cut$i/")) == 0 }),
+		"release cut $i: the key goes with its lease");
+}
+note sprintf('release cut latencies: %s ms', join(', ', map { sprintf '%.1f', $_ } @cut_ms));
+
+# --- wait_timeout during a read of the queue that gets no answer ------------------
+# Through the fault server: the lock request is relayed, and the waiter's
+# next read of the queue (a txn too) hangs, as on a member that stopped
+# answering just then.  The read is bounded by what is left of the wait:
+# 55P03 at the wait_timeout (before, 08006 after the request timeout).
+my @read_ms;
+for my $i (1 .. $tries)
+{
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	$w->query_safe("SET lockfence.etcd_endpoints = '@{[ $fault->url ]}'");
+	$w->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('warm', 3)");
+	$fault->clear;
+	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1, ops => []);
+	$fault->set(path => '/v3/kv/txn', mode => 'hang', seconds => 10);
+	my $t_sent = time;
+	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
+	my $t1 = wait_for_error($w, 15);
+	ok(defined $t1, "queue read $i: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+55P03/, "queue read $i: 55P03") or diag $w->{stderr};
+	like($w->{stderr}, qr/DETAIL:\s+The wait_timeout passed during a read of the lock queue/,
+		"queue read $i: the detail names the read") or diag $w->{stderr};
+	my $ms = defined $t1 ? ($t1 - $t_sent - $wait_s) * 1000 : 99999;
+	push @read_ms, $ms;
+	ok($ms < $bound_ms,
+		sprintf('queue read %d: wait_timeout fired %.1f ms after it passed (< %d)', $i, $ms, $bound_ms));
+	$fault->clear;
+	ok(poll_until(20, sub { scalar(keys_under('stop/')) == 1 }),
+		"queue read $i: the waiter's key is gone");
+	$w->quit;
+}
+note sprintf('queue read lateness: %s ms', join(', ', map { sprintf '%.1f', $_ } @read_ms));
+$fault->stop;
 
 is_deeply([ keys_under('stop/') ], [$hkey], 'the holder still holds the lock');
 $holder->query_safe("SELECT lockfence.etcd_unlock('$hkey')");

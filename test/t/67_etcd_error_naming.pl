@@ -5,7 +5,9 @@
 #	  failed lock request names the endpoint it went to, not the one the
 #	  keepalive moved on to meanwhile.  A wait_timeout too long to count in
 #	  milliseconds waits without limit instead of wrapping around to a
-#	  short (or negative) one.  A quiet call at backend exit that has to
+#	  short (or negative) one.  A wait_timeout on a name this session
+#	  holds says it is this session's own lock, and how to release it.
+#	  A quiet call at backend exit that has to
 #	  authenticate again stays quiet when that reply is malformed.  Faulty
 #	  replies come from test/fault_http_server.py in front of a real etcd
 #	  with authentication.
@@ -109,6 +111,38 @@ is($r->{sqlstate}, '22023', 'a small negative one is refused');
 $r = fresh_try("SELECT * FROM lockfence.etcd_lock('n4', 5, interval '1 second')");
 is($r->{sqlstate}, '55P03', 'a short one still times out');
 $holder->quit;
+
+# --- 3b. a wait_timeout on a name this session holds -------------------------
+# A session does not reenter its locks: locking a name it holds waits for
+# itself.  The 55P03 says so, with the key, and what to do, instead of
+# "Another session holds the lock" (issue 17, item 16).  Both when the
+# second call uses the session lease of the first (same TTL) and when it
+# queues on another session lease (another TTL).
+{
+	my $self = LockfenceTest::EtcdCluster::session($node);
+	my $skey = $self->query_safe("SELECT key FROM lockfence.etcd_lock('n6', 30, '5s')");
+	for my $ttl (30, 40)
+	{
+		$r = LockfenceTest::EtcdCluster::sql_try($self,
+			"SELECT * FROM lockfence.etcd_lock('n6', $ttl, '1s')");
+		is($r->{sqlstate}, '55P03', "own lock, TTL $ttl: 55P03") or diag explain $r;
+		like($r->{detail} // '', qr/^This session already holds the lock, with key "\Q$skey\E"/,
+			"own lock, TTL $ttl: the detail names this session and its key") or diag explain $r;
+		unlike($r->{detail} // '', qr/Another session/, "own lock, TTL $ttl: not another session");
+		like($r->{hint} // '', qr/etcd_unlock\('\Q$skey\E'\)/,
+			"own lock, TTL $ttl: the hint says how to release it") or diag explain $r;
+	}
+	# another session's lock still reads as before
+	my $other = LockfenceTest::EtcdCluster::session($node);
+	$r = LockfenceTest::EtcdCluster::sql_try($other,
+		"SELECT * FROM lockfence.etcd_lock('n6', 30, '1s')");
+	is($r->{sqlstate}, '55P03', "another session's lock: 55P03");
+	like($r->{detail} // '', qr/Another session holds the lock/,
+		"another session's lock: another session") or diag explain $r;
+	is($self->query_safe("SELECT lockfence.etcd_unlock('$skey')"), 't', 'own lock released');
+	$self->quit;
+	$other->quit;
+}
 
 # --- 4. a quiet call that must authenticate again (at backend exit) ----------
 # The exit callback revokes the session's lease; etcd refuses the cached
