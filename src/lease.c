@@ -365,8 +365,9 @@ lease_grant_step(void *arg)
 	LeaseGrantStep *step = (LeaseGrantStep *) arg;
 	FenceRow	newrow;
 
+	/* Rounded up: a wait must not end before the deadline. */
 	if (step->wait && step->deadline != 0)
-		lease_bound_waits((step->deadline - GetCurrentTimestamp()) / 1000);
+		lease_bound_waits((step->deadline - GetCurrentTimestamp() + 999) / 1000);
 
 	if (step->insert)
 	{
