@@ -97,9 +97,43 @@ SELECT lockfence.lease_renew('x', -1);
 SELECT lockfence.lease_renew('job', 2, '0');
 SELECT lockfence.lease_release(NULL, 1);
 
--- a grant is a write
+-- a TTL must give a later time than now, by the calendar: a year is 365
+-- or 366 days, so this one is negative although its fields add up to
+-- 12 hours when a month counts 30 days (22023)
+SELECT * FROM lockfence.lease_acquire('x', '-1 year +360 days 12 hours');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM lockfence.lease_try_acquire('x', '-1 year +360 days 12 hours');
+SELECT lockfence.lease_renew('job', 2, '-1 year +360 days 12 hours');
+-- and at most 100 years (22023, not a timestamp overflow)
+SELECT * FROM lockfence.lease_acquire('x', '1000000 years');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM lockfence.lease_acquire('x', '100 years 1 second');
+SELECT * FROM lockfence.lease_acquire('x', '-178000000 years');
+SELECT lockfence.lease_renew('job', 2, '1000000 years');
+SELECT token, expires_at > clock_timestamp() + interval '99 years' AS long
+  FROM lockfence.lease_acquire('century', '100 years');
+SELECT lockfence.lease_release('century', 1);
+
+-- a name whose token is at the maximum cannot be granted (22003), by
+-- either function, with or without a lease on it
+SELECT lockfence.fence('top', 9223372036854775807);
+SELECT * FROM lockfence.lease_try_acquire('top', '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM lockfence.lease_acquire('top', '1 minute');
+SELECT count(*) FROM lockfence.fences WHERE resource = 'top' AND lease_expires_at IS NULL;
+
+-- a grant, renewal or release is a write; the error names the function
 BEGIN READ ONLY;
 SELECT * FROM lockfence.lease_try_acquire('ro', '1 minute');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM lockfence.lease_acquire('ro', '1 minute');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT lockfence.lease_renew('job', 2);
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT lockfence.lease_release('job', 2);
 ROLLBACK;
 
 -- a rolled back grant leaves nothing

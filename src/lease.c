@@ -25,8 +25,11 @@
  * share lock, and may go on writing, past the expiry until it ends; the
  * successor's grant waits for it.
  *
- * The clock is the server's (clock_timestamp()); it decides only when a
- * lease is free, never whether two holders' writes may interleave.
+ * The clock is the server's; it decides only when a lease is free, never
+ * whether two holders' writes may interleave.  It is read after the table
+ * lock and the row lock are taken (after any wait for them), and the lease
+ * is judged by lease_decide (lease_decide.c), the same for the statements
+ * here and the fast path.
  *
  * An uncontended grant, renewal or release (the lease free, or held with
  * the token; nobody holding the row; the row unchanged since our snapshot)
@@ -35,7 +38,7 @@
  * statements below, which wait, re-check and tell why an operation failed.
  *
  * Every statement that locks the fence row runs in an internal
- * subtransaction rolled back when it comes back empty: a locking statement
+ * subtransaction rolled back when the operation is refused: a locking statement
  * that meets a version newer than its snapshot locks that version before
  * re-checking its WHERE clause and keeps the lock when the re-check fails
  * (even with SKIP LOCKED), and such a lock, kept while a waiter sleeps,
@@ -48,17 +51,28 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/rel.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "lease.h"
@@ -70,104 +84,89 @@ PG_FUNCTION_INFO_V1(lockfence_lease_try_acquire);
 PG_FUNCTION_INFO_V1(lockfence_lease_renew);
 PG_FUNCTION_INFO_V1(lockfence_lease_release);
 
-/* Statements; parameters ($1 name, $2 token, $3 holder, $4 ttl). */
+
+/*
+ * Statements; parameters ($1 name, then the row to write: $2 token,
+ * $3 holder, $4 lease_ttl, $5 accepted_at, $6 lease_expires_at).  They
+ * only read, lock and write rows: whether a lease is free, held or lost is
+ * decided in C by lease_decide, on the row locked, with the clock read
+ * after the lock, as the fast path does.
+ */
 typedef enum LeaseStatement
 {
 	LEASE_READ,
-	LEASE_LOCK_FREE,
-	LEASE_GRANT,
+	LEASE_LOCK,
+	LEASE_LOCK_SKIP,
+	LEASE_SET,
 	LEASE_INSERT,
-	LEASE_RENEW,
-	LEASE_RELEASE,
 	LEASE_NUM_STATEMENTS
 } LeaseStatement;
 
-#define LEASE_IS_FREE \
-	" (lease_expires_at IS NULL" \
-	" OR lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())"
+#define LEASE_COLUMNS " token, lease_expires_at, accepted_at, holder, lease_ttl"
 
 static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
-	/* LEASE_READ */
-	"SELECT token, lease_expires_at, accepted_at FROM lockfence.fences"
+	/* LEASE_READ: a look without any lock, to see whether a grant may start */
+	"SELECT" LEASE_COLUMNS " FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
 
-	/* LEASE_LOCK_FREE: lock a free row for a grant, if nobody holds it */
-	"SELECT token, lease_expires_at, accepted_at FROM lockfence.fences"
-	" WHERE resource OPERATOR(pg_catalog.=) $1 AND" LEASE_IS_FREE
-	" FOR NO KEY UPDATE SKIP LOCKED",
-
 	/*
-	 * LEASE_GRANT: the next token; waits for the row's lockers (transactions
-	 * that fenced with the old token) and re-checks that the row is free.
+	 * LEASE_LOCK: the row as the write will find it; waits for its lockers
+	 * (transactions that fenced with the token, a competing grant, renewal
+	 * or release).
 	 */
+	"SELECT" LEASE_COLUMNS " FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+
+	/* LEASE_LOCK_SKIP: the same without waiting (lease_try_acquire) */
+	"SELECT" LEASE_COLUMNS " FROM lockfence.fences"
+	" WHERE resource OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE SKIP LOCKED",
+
+	/* LEASE_SET: the row lease_decide made, on the row locked above */
 	"UPDATE lockfence.fences"
-	" SET token = token OPERATOR(pg_catalog.+) 1,"
-	" accepted_at = pg_catalog.clock_timestamp(), holder = $3,"
-	" lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4,"
-	" lease_ttl = $4"
-	" WHERE resource OPERATOR(pg_catalog.=) $1 AND" LEASE_IS_FREE
-	" RETURNING token, lease_expires_at, accepted_at",
+	" SET token = $2, accepted_at = $5, holder = $3,"
+	" lease_expires_at = $6, lease_ttl = $4"
+	" WHERE resource OPERATOR(pg_catalog.=) $1"
+	" RETURNING" LEASE_COLUMNS,
 
 	/* LEASE_INSERT: the first token of a name */
 	"INSERT INTO lockfence.fences"
 	" (resource, token, accepted_at, holder, lease_expires_at, lease_ttl)"
-	" VALUES ($1, 1, pg_catalog.clock_timestamp(), $3,"
-	" pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, $4)"
+	" VALUES ($1, $2, $5, $3, $6, $4)"
 	" ON CONFLICT (resource) DO NOTHING"
-	" RETURNING token, lease_expires_at, accepted_at",
-
-	/* LEASE_RENEW: extend an unexpired lease ($4 NULL: its own TTL) */
-	"UPDATE lockfence.fences"
-	" SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)"
-	" COALESCE($4, lease_ttl),"
-	" lease_ttl = COALESCE($4, lease_ttl)"
-	" WHERE resource OPERATOR(pg_catalog.=) $1"
-	" AND token OPERATOR(pg_catalog.=) $2"
-	" AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-	" RETURNING token, lease_expires_at, accepted_at",
-
-	/* LEASE_RELEASE: -infinity, so that no clock jump revives it */
-	"UPDATE lockfence.fences"
-	" SET lease_expires_at = '-infinity'"
-	" WHERE resource OPERATOR(pg_catalog.=) $1"
-	" AND token OPERATOR(pg_catalog.=) $2"
-	" AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-	" RETURNING token, lease_expires_at, accepted_at",
+	" RETURNING" LEASE_COLUMNS,
 };
 
 static SPIPlanPtr lease_plans[LEASE_NUM_STATEMENTS];
-
-/* A lease as read or granted. */
-typedef struct LeaseRow
-{
-	int64		token;
-	bool		leased;			/* lease_expires_at not NULL */
-	TimestampTz expires_at;
-	TimestampTz accepted_at;	/* when the token was granted or fenced */
-} LeaseRow;
 
 typedef enum LeaseAttempt
 {
 	LEASE_ATTEMPT_GRANTED,
 	LEASE_ATTEMPT_HELD,			/* an unexpired lease: wait for its end */
-	LEASE_ATTEMPT_LOCKED		/* free, but its row is locked (try only) */
+	LEASE_ATTEMPT_LOCKED,		/* its row is locked, or its first grant is
+								 * not committed (try only) */
+	LEASE_ATTEMPT_TIMED_OUT,	/* the same, until the deadline */
+	LEASE_ATTEMPT_AGAIN			/* the row appeared or vanished: look again */
 } LeaseAttempt;
 
 /*
- * Run one statement; returns the number of rows, the first one in *row.
+ * Run one statement with the values of *w (NULL: none) for its parameters;
+ * returns the number of rows, the first one in *row.  The holder and TTL
+ * read are copied into the current memory context (SPI's, while connected:
+ * they outlive an internal subtransaction, not fence_store_leave).
  */
 static uint64
-lease_execute(LeaseStatement stmt, const char *name, int64 token,
-			  const char *holder, Datum ttl, bool ttl_null, LeaseRow *row)
+lease_execute(LeaseStatement stmt, const char *name, const FenceRow *w,
+			  FenceRow *row)
 {
-	static const Oid argtypes[4] = {TEXTOID, INT8OID, TEXTOID, INTERVALOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	static const Oid argtypes[6] = {TEXTOID, INT8OID, TEXTOID, INTERVALOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[6] = {0};
+	char		nulls[6] = {' ', 'n', 'n', 'n', 'n', 'n'};
 	int			rc;
 
 	if (lease_plans[stmt] == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(lease_statement_sql[stmt], 4,
+		SPIPlanPtr	plan = SPI_prepare(lease_statement_sql[stmt], 6,
 									   (Oid *) argtypes);
 
 		if (plan == NULL)
@@ -179,18 +178,35 @@ lease_execute(LeaseStatement stmt, const char *name, int64 token,
 	}
 
 	values[0] = CStringGetTextDatum(name);
-	values[1] = Int64GetDatum(token);
-	values[2] = holder ? CStringGetTextDatum(holder) : (Datum) 0;
-	nulls[2] = holder ? ' ' : 'n';
-	values[3] = ttl;
-	nulls[3] = ttl_null ? 'n' : ' ';
+	if (w != NULL)
+	{
+		values[1] = Int64GetDatum(w->token);
+		nulls[1] = ' ';
+		if (w->holder != NULL)
+		{
+			values[2] = CStringGetTextDatum(w->holder);
+			nulls[2] = ' ';
+		}
+		if (w->lease_ttl != NULL)
+		{
+			values[3] = PointerGetDatum(w->lease_ttl);
+			nulls[3] = ' ';
+		}
+		values[4] = TimestampTzGetDatum(w->accepted_at);
+		nulls[4] = ' ';
+		if (w->leased)
+		{
+			values[5] = TimestampTzGetDatum(w->lease_expires_at);
+			nulls[5] = ' ';
+		}
+	}
 
 	rc = SPI_execute_plan(lease_plans[stmt], values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence lease statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
 
-	if (SPI_processed > 0 && row != NULL && SPI_tuptable->tupdesc->natts >= 2)
+	if (SPI_processed > 0 && row != NULL)
 	{
 		HeapTuple	tuple = SPI_tuptable->vals[0];
 		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
@@ -200,14 +216,95 @@ lease_execute(LeaseStatement stmt, const char *name, int64 token,
 		row->token = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
 		d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
 		row->leased = !isnull;
-		row->expires_at = isnull ? 0 : DatumGetTimestampTz(d);
-		if (tupdesc->natts >= 3)
+		row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+		d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+		row->accepted_at = isnull ? 0 : DatumGetTimestampTz(d);
+		d = SPI_getbinval(tuple, tupdesc, 4, &isnull);
+		row->holder = isnull ? NULL : TextDatumGetCString(d);
+		d = SPI_getbinval(tuple, tupdesc, 5, &isnull);
+		if (isnull)
+			row->lease_ttl = NULL;
+		else
 		{
-			d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
-			row->accepted_at = isnull ? 0 : DatumGetTimestampTz(d);
+			row->lease_ttl = palloc(sizeof(Interval));
+			memcpy(row->lease_ttl, DatumGetIntervalP(d), sizeof(Interval));
 		}
 	}
 	return SPI_processed;
+}
+
+/*
+ * Take the table lock the writes need, as a statement would at its start,
+ * before any clock is read: a wait for it (LOCK TABLE, VACUUM FULL, ALTER
+ * EXTENSION UPDATE) must not age the judgment.  Kept to the end of the
+ * transaction, like a statement's.
+ */
+static void
+lease_lock_table(void)
+{
+	(void) RangeVarGetRelid(makeRangeVar("lockfence", "fences", -1),
+							RowExclusiveLock, false);
+}
+
+/*
+ * Is a first row of name being inserted by a transaction that has not
+ * ended (perhaps a prepared one)?  A dirty snapshot sees such a row and
+ * names its inserter.  lease_try_acquire asks before its INSERT, which
+ * would wait for that transaction.
+ */
+static bool
+lease_insert_in_progress(const char *name)
+{
+	Oid			relid;
+	Oid			indexid;
+	Relation	rel;
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		busy = false;
+
+	relid = RangeVarGetRelid(makeRangeVar("lockfence", "fences", -1),
+							 RowExclusiveLock, false);
+	rel = table_open(relid, NoLock);
+	indexid = lf_primary_key_index(rel);
+	if (!OidIsValid(indexid))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+	index = index_open(indexid, AccessShareLock);
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(name));
+	key.sk_collation = index->rd_indcollation[0];
+	slot = table_slot_create(rel, NULL);
+	scan = lf_index_beginscan(rel, index, &dirty, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (!busy && index_getnext_slot(scan, ForwardScanDirection, slot))
+		busy = TransactionIdIsValid(dirty.xmin);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	table_close(rel, NoLock);
+	return busy;
+}
+
+/*
+ * Bound the lock waits of the statements to come by lock_timeout, in the
+ * current internal subtransaction, whose end restores it.
+ */
+static void
+lease_bound_waits(long ms)
+{
+	char		buf[32];
+
+	snprintf(buf, sizeof(buf), "%ld", Max(ms, 1));
+	(void) NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", buf, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true,
+							 0, false);
 }
 
 /* Microseconds of an interval, as a double (only its sign and size matter). */
@@ -218,164 +315,183 @@ interval_usecs(const Interval *i)
 		(double) i->month * DAYS_PER_MONTH * USECS_PER_DAY;
 }
 
+static void
+lease_report_exhausted(const char *func, const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+			 errmsg("cannot grant lease \"%s\": its tokens are exhausted", name),
+			 errdetail("%s found token " INT64_FORMAT " recorded for the name, the largest a bigint holds; no higher token can be granted.",
+					   func, PG_INT64_MAX),
+			 errhint("Use another name, or have an operator delete the name's fence row with lockfence.reset() once nobody writes under it.")));
+}
+
 /*
- * Grant name, which was seen free, in an internal subtransaction kept only
- * when the grant succeeded.  Every statement that locks the fence row runs
- * in it: a locking statement that finds the row updated since its snapshot
- * locks the newest version before re-checking its WHERE clause, and keeps
- * that lock when the re-check fails (even with SKIP LOCKED).  Such a stray
- * lock, kept while we sleep, would block the new holder's fence, renewal
- * and release.
+ * A grant, for lockfence_run_in_subxact: an internal subtransaction kept
+ * only when the grant succeeded.  Every statement that locks the fence row
+ * runs in it: a locking statement that finds the row updated since its
+ * snapshot locks the newest version, and a lock kept after a refusal,
+ * while we sleep, would block the new holder's fence, renewal and release.
  *
- * With wait, the grant waits for the transactions that hold the row (those
- * that fenced with the expired token, or a competing grant), bounded by the
- * deadline through lock_timeout (SQLSTATE 55P03).  Without, it never waits.
+ * The row is locked first (waiting for its lockers: transactions that
+ * fenced with the expired token, a competing grant; or, without wait,
+ * skipping it), then judged with the clock read after the lock, then
+ * written.  A name without a row gets its first token by an INSERT, which
+ * waits for a competing first grant not yet committed (perhaps prepared):
+ * ON CONFLICT has no SKIP LOCKED, so without wait the caller first looks
+ * for one (lease_insert_in_progress), and a lock_timeout of 1 ms turns a
+ * wait for one that began since into a refusal.  (Its clock, read before, then dates the
+ * grant from before that wait: the lease is shorter by it, never longer,
+ * and there is no earlier lease to misjudge.)  With a deadline, every wait
+ * is bounded by it through lock_timeout.
  */
-/* lease_grant's arguments, for lockfence_run_in_subxact */
 typedef struct LeaseGrantStep
 {
+	const char *func;
 	const char *name;
 	const char *holder;
-	Datum		ttl;
+	Interval   *ttl;
 	bool		wait;
-	TimestampTz deadline;
-	LeaseRow   *prev;
-	LeaseRow   *row;
+	TimestampTz deadline;		/* with wait; 0: none */
+	bool		insert;			/* the name has no row */
+	LeaseAttempt result;
+	FenceRow   *prev;			/* the row locked, before the grant */
+	FenceRow   *row;			/* the row granted, or found held */
 } LeaseGrantStep;
 
 static bool
 lease_grant_step(void *arg)
 {
 	LeaseGrantStep *step = (LeaseGrantStep *) arg;
+	FenceRow	newrow;
 
+	/* Rounded up: a wait must not end before the deadline. */
 	if (step->wait && step->deadline != 0)
-	{
-		long		ms = (step->deadline - GetCurrentTimestamp()) / 1000;
-		char		buf[32];
+		lease_bound_waits((step->deadline - GetCurrentTimestamp() + 999) / 1000);
 
-		/* Ending the subtransaction restores lock_timeout. */
-		snprintf(buf, sizeof(buf), "%ld", Max(ms, 1));
-		(void) NewGUCNestLevel();
-		(void) set_config_option("lock_timeout", buf, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true,
-								 0, false);
-	}
-	if (step->wait)
-		return lease_execute(LEASE_GRANT, step->name, 0, step->holder,
-							 step->ttl, false, step->row) == 1;
-	if (lease_execute(LEASE_LOCK_FREE, step->name, 0, step->holder,
-					  step->ttl, false, step->prev) != 1)
+	if (step->insert)
+	{
+		if (!step->wait)
+			lease_bound_waits(1);
+		memset(step->prev, 0, sizeof(FenceRow));
+		(void) lease_decide(LEASE_OP_GRANT, NULL, 0, step->holder, step->ttl,
+							GetCurrentTimestamp(), &newrow);
+		if (lease_execute(LEASE_INSERT, step->name, &newrow, step->row) == 1)
+		{
+			step->result = LEASE_ATTEMPT_GRANTED;
+			return true;
+		}
+		/* A concurrent first grant committed: look again. */
+		step->result = LEASE_ATTEMPT_AGAIN;
 		return false;
-	if (lease_execute(LEASE_GRANT, step->name, 0, step->holder, step->ttl,
-					  false, step->row) != 1)
+	}
+
+	if (lease_execute(step->wait ? LEASE_LOCK : LEASE_LOCK_SKIP, step->name,
+					  NULL, step->prev) != 1)
+	{
+		/* Skipped (locked), or reset meanwhile. */
+		step->result = step->wait ? LEASE_ATTEMPT_AGAIN : LEASE_ATTEMPT_LOCKED;
+		return false;
+	}
+
+	switch (lease_decide(LEASE_OP_GRANT, step->prev, 0, step->holder,
+						 step->ttl, GetCurrentTimestamp(), &newrow))
+	{
+		case LEASE_WRITE:
+			break;
+		case LEASE_HELD:
+			*step->row = *step->prev;
+			step->result = LEASE_ATTEMPT_HELD;
+			return false;
+		case LEASE_TOKENS_EXHAUSTED:
+			lease_report_exhausted(step->func, step->name);
+			break;
+		default:
+			elog(ERROR, "unexpected lease verdict for a grant");
+	}
+	if (lease_execute(LEASE_SET, step->name, &newrow, step->row) != 1)
 		elog(ERROR, "lease row for \"%s\" changed while locked", step->name);
+	step->result = LEASE_ATTEMPT_GRANTED;
 	return true;
 }
 
-static bool
-lease_grant(const char *name, const char *holder, Datum ttl, bool wait,
-			TimestampTz deadline, LeaseRow *prev, LeaseRow *row)
-{
-	LeaseGrantStep step = {name, holder, ttl, wait, deadline, prev, row};
-
-	return lockfence_run_in_subxact(lease_grant_step, &step);
-}
-
 /*
- * Run a renewal or release, which may wait for the fence row, in an
- * internal subtransaction kept only when it updated the row: when its
- * re-check after the wait fails (the lease was taken over meanwhile) the
- * lock it got on the newest version must not outlive the call.
+ * Run a grant step; a lock_timeout it set (the deadline, or 1 ms without
+ * wait) ends it as TIMED_OUT or LOCKED instead of an error naming its
+ * statement.  Any other error propagates.
  */
-/* lease_update_sub's arguments, for lockfence_run_in_subxact */
-typedef struct LeaseUpdateStep
+static LeaseAttempt
+lease_grant(LeaseGrantStep *step)
 {
-	LeaseStatement stmt;
-	const char *name;
-	int64		token;
-	Datum		ttl;
-	bool		ttl_null;
-	LeaseRow   *row;
-} LeaseUpdateStep;
+	MemoryContext cxt = CurrentMemoryContext;
 
-static bool
-lease_update_step(void *arg)
-{
-	LeaseUpdateStep *step = (LeaseUpdateStep *) arg;
+	PG_TRY();
+	{
+		(void) lockfence_run_in_subxact(lease_grant_step, step);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
 
-	return lease_execute(step->stmt, step->name, step->token, NULL,
-						 step->ttl, step->ttl_null, step->row) == 1;
-}
-
-static bool
-lease_update_sub(LeaseStatement stmt, const char *name, int64 token,
-				 Datum ttl, bool ttl_null, LeaseRow *row)
-{
-	LeaseUpdateStep step = {stmt, name, token, ttl, ttl_null, row};
-
-	return lockfence_run_in_subxact(lease_update_step, &step);
-}
-
-/* The lease columns of a fence row written by lease_fastpath.c. */
-static void
-lease_row_from(const FenceRow *f, LeaseRow *row)
-{
-	row->token = f->token;
-	row->leased = f->leased;
-	row->expires_at = f->lease_expires_at;
-	row->accepted_at = f->accepted_at;
+		/* The subtransaction is rolled back already. */
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE ||
+			(step->wait && step->deadline == 0))
+			PG_RE_THROW();
+		FlushErrorState();
+		FreeErrorData(edata);
+		step->result = step->wait ? LEASE_ATTEMPT_TIMED_OUT :
+			LEASE_ATTEMPT_LOCKED;
+	}
+	PG_END_TRY();
+	return step->result;
 }
 
 /*
  * One attempt to take name through the statements, when the fast path
- * could not.  Without wait, a free lease whose row is locked is reported
- * LOCKED rather than waited for.  A held lease is reported HELD with its
- * row in *row (for its expiry).  Only lease_grant locks the row, so a
- * failed attempt leaves no lock behind.  *prev is the row before a grant.
+ * could not.  A lease held as our snapshot sees it is reported HELD with
+ * its row in *row (for its expiry), without locking anything; otherwise
+ * lease_grant locks, judges and writes.  *prev is the row before a grant.
  */
 static LeaseAttempt
-lease_attempt_spi(const char *name, const char *holder, Datum ttl, bool wait,
-				  TimestampTz deadline, LeaseRow *prev, LeaseRow *row)
+lease_attempt_spi(const char *func, const char *name, const char *holder,
+				  Interval *ttl, bool wait, TimestampTz deadline,
+				  FenceRow *prev, FenceRow *row)
 {
 	FenceStoreState state;
 	LeaseAttempt result;
 
 	fence_store_enter(&state);
+	lease_lock_table();
 	for (;;)
 	{
+		LeaseGrantStep step = {func, name, holder, ttl, wait, deadline,
+		false, LEASE_ATTEMPT_AGAIN, prev, row};
+		FenceRow	newrow;
+
 		CHECK_FOR_INTERRUPTS();
 
-		if (lease_execute(LEASE_READ, name, 0, holder, ttl, false, row) != 1)
+		if (lease_execute(LEASE_READ, name, NULL, row) != 1)
 		{
-			/* A new name; a concurrent first grant makes us look again. */
-			prev->leased = false;
-			if (lease_execute(LEASE_INSERT, name, 0, holder, ttl, false, row) == 1)
+			/* Without wait, not behind another transaction's first row. */
+			if (!wait && lease_insert_in_progress(name))
 			{
-				result = LEASE_ATTEMPT_GRANTED;
+				result = LEASE_ATTEMPT_LOCKED;
 				break;
 			}
-			continue;
+			step.insert = true;
 		}
-		*prev = *row;
-
-		if (row->leased && row->expires_at > GetCurrentTimestamp())
+		else if (lease_decide(LEASE_OP_GRANT, row, 0, holder, ttl,
+							  GetCurrentTimestamp(), &newrow) == LEASE_HELD)
 		{
 			result = LEASE_ATTEMPT_HELD;
 			break;
 		}
 
-		/* Free as far as our snapshot sees. */
-		if (lease_grant(name, holder, ttl, wait, deadline, prev, row))
-		{
-			result = LEASE_ATTEMPT_GRANTED;
+		result = lease_grant(&step);
+		if (result != LEASE_ATTEMPT_AGAIN)
 			break;
-		}
-		if (!wait)
-		{
-			/* locked (by a fencer of the old token, a competing grant) */
-			result = LEASE_ATTEMPT_LOCKED;
-			break;
-		}
 	}
 	fence_store_leave(&state);
 	return result;
@@ -386,37 +502,30 @@ lease_attempt_spi(const char *name, const char *holder, Datum ttl, bool wait,
  * uncontended (the common case), else through the statements.
  */
 static LeaseAttempt
-lease_attempt(const char *name, const char *holder, Datum ttl, bool wait,
-			  TimestampTz deadline, LeaseRow *row)
+lease_attempt(const char *func, const char *name, const char *holder,
+			  Interval *ttl, bool wait, TimestampTz deadline, FenceRow *row)
 {
 	LeaseAttempt result;
-	LeaseRow	prev = {0};
-	FenceRow	fprev;
-	FenceRow	frow;
+	FenceRow	prev = {0};
 
-	if (lease_fastpath_grant(name, holder, DatumGetIntervalP(ttl), &fprev,
-							 &frow))
-	{
-		lease_row_from(&fprev, &prev);
-		lease_row_from(&frow, row);
+	if (lease_fastpath_grant(name, holder, ttl, &prev, row))
 		result = LEASE_ATTEMPT_GRANTED;
-	}
 	else
-		result = lease_attempt_spi(name, holder, ttl, wait, deadline, &prev,
-								   row);
+		result = lease_attempt_spi(func, name, holder, ttl, wait, deadline,
+								   &prev, row);
 
 	/* The grant ended an expired lease (a released one was counted). */
 	if (result == LEASE_ATTEMPT_GRANTED && prev.leased &&
-		prev.expires_at != DT_NOBEGIN)
-		lockfence_metrics_lease_ended((prev.expires_at - prev.accepted_at) / 1e6,
+		prev.lease_expires_at != DT_NOBEGIN)
+		lockfence_metrics_lease_ended((prev.lease_expires_at - prev.accepted_at) / 1e6,
 									  true);
 	return result;
 }
 
 /* Read and check the arguments common to the acquire functions. */
 static void
-lease_acquire_args(FunctionCallInfo fcinfo, char **name, Datum *ttl,
-				   char **holder)
+lease_acquire_args(FunctionCallInfo fcinfo, const char *func, char **name,
+				   Interval **ttl, char **holder)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -428,23 +537,20 @@ lease_acquire_args(FunctionCallInfo fcinfo, char **name, Datum *ttl,
 				 errmsg("lease ttl must not be null")));
 	*name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	lockfence_validate_resource(*name);
-	*ttl = PG_GETARG_DATUM(1);
-	if (interval_usecs(DatumGetIntervalP(*ttl)) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease ttl must be positive")));
+	*ttl = PG_GETARG_INTERVAL_P(1);
+	lease_check_ttl(func, *name, *ttl);
 	*holder = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
 	if (*holder != NULL)
 		lockfence_validate_holder(*holder);
 
 	/* A grant is a write. */
-	PreventCommandIfReadOnly("lockfence.lease_acquire()");
-	PreventCommandDuringRecovery("lockfence.lease_acquire()");
+	PreventCommandIfReadOnly(func);
+	PreventCommandDuringRecovery(func);
 }
 
 /* The (token, expires_at) record of a granted lease. */
 static Datum
-lease_result(FunctionCallInfo fcinfo, const LeaseRow *row)
+lease_result(FunctionCallInfo fcinfo, const FenceRow *row)
 {
 	TupleDesc	tupdesc;
 	Datum		values[2];
@@ -454,29 +560,41 @@ lease_result(FunctionCallInfo fcinfo, const LeaseRow *row)
 		elog(ERROR, "return type must be a row type");
 	tupdesc = BlessTupleDesc(tupdesc);
 	values[0] = Int64GetDatum(row->token);
-	values[1] = TimestampTzGetDatum(row->expires_at);
+	values[1] = TimestampTzGetDatum(row->lease_expires_at);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
 /*
  * Wait for name until granted; deadline 0 is forever.  A wait that
- * outlasts the deadline fails with 55P03.
+ * outlasts the deadline fails with 55P03, whether for the lease's expiry,
+ * for a transaction holding its row, or for an uncommitted first grant.
  */
 static void
-lease_acquire_waiting(const char *name, const char *holder, Datum ttl,
-					  TimestampTz deadline, LeaseRow *rowp)
+lease_acquire_waiting(const char *name, const char *holder, Interval *ttl,
+					  TimestampTz deadline, FenceRow *rowp)
 {
-	LeaseRow	row;
+	static const char *const func = "lockfence.lease_acquire()";
+	FenceRow	row;
 
 	lease_wait_prepare(name);
 	for (;;)
 	{
 		TimestampTz now;
 		long		sleep_ms;
+		LeaseAttempt result;
 
-		if (lease_attempt(name, holder, ttl, true, deadline, &row) ==
-			LEASE_ATTEMPT_GRANTED)
+		result = lease_attempt(func, name, holder, ttl, true, deadline, &row);
+		if (result == LEASE_ATTEMPT_GRANTED)
 			break;
+		if (result == LEASE_ATTEMPT_TIMED_OUT)
+		{
+			lease_wait_done();
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not acquire lease \"%s\" within wait_timeout", name),
+					 errdetail("Another transaction still holds the lease's fence row: one that fenced with the previous token, or one that grants, renews or releases the lease and has not ended (it may be a prepared transaction)."),
+					 errhint("Retry later or with a longer wait_timeout; a transaction that stays open holds every successor back.")));
+		}
 
 		now = GetCurrentTimestamp();
 		if (deadline != 0 && now >= deadline)
@@ -486,11 +604,11 @@ lease_acquire_waiting(const char *name, const char *holder, Datum ttl,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("could not acquire lease \"%s\" within wait_timeout", name),
 					 errdetail("The lease of token " INT64_FORMAT " is held until %s.",
-							   row.token, timestamptz_to_str(row.expires_at))));
+							   row.token, timestamptz_to_str(row.lease_expires_at))));
 		}
 
 		/* Until the lease expires, a release is announced, or the deadline. */
-		sleep_ms = (row.expires_at - now) / 1000 + 1;
+		sleep_ms = (row.lease_expires_at - now) / 1000 + 1;
 		if (deadline != 0)
 			sleep_ms = Min(sleep_ms, (deadline - now) / 1000 + 1);
 		lease_wait_sleep(sleep_ms);
@@ -512,13 +630,14 @@ Datum
 lockfence_lease_acquire(PG_FUNCTION_ARGS)
 {
 	char	   *name;
-	Datum		ttl;
+	Interval   *ttl;
 	char	   *holder;
 	TimestampTz started = GetCurrentTimestamp();
 	TimestampTz deadline = 0;
-	LeaseRow	row;
+	FenceRow	row;
 
-	lease_acquire_args(fcinfo, &name, &ttl, &holder);
+	lease_acquire_args(fcinfo, "lockfence.lease_acquire()", &name, &ttl,
+					   &holder);
 	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (!PG_ARGISNULL(3))
 	{
@@ -552,21 +671,25 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
  * lockfence.lease_try_acquire(name text, ttl interval, holder text DEFAULT NULL,
  *							   OUT token bigint, OUT expires_at timestamptz)
  *
- * Take the lease if it is free at once; NULL when it is held (or its row
- * is locked by a transaction still writing under the expired token).
+ * Take the lease if it is free at once; NULL when it is held, or its row
+ * is locked (by a transaction still writing under the expired token), or
+ * its first grant by another transaction has not committed.  Never waits
+ * for another transaction.
  */
 Datum
 lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 {
+	static const char *const func = "lockfence.lease_try_acquire()";
 	char	   *name;
-	Datum		ttl;
+	Interval   *ttl;
 	char	   *holder;
-	LeaseRow	row;
+	FenceRow	row;
 	TimestampTz started = GetCurrentTimestamp();
 
-	lease_acquire_args(fcinfo, &name, &ttl, &holder);
+	lease_acquire_args(fcinfo, func, &name, &ttl, &holder);
 	fence_cache_forget(name);	/* the grant writes the fence row */
-	if (lease_attempt(name, holder, ttl, false, 0, &row) != LEASE_ATTEMPT_GRANTED)
+	if (lease_attempt(func, name, holder, ttl, false, 0, &row) !=
+		LEASE_ATTEMPT_GRANTED)
 		PG_RETURN_NULL();
 	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);
@@ -574,7 +697,8 @@ lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 
 /* Read name and token, the arguments of renew and release. */
 static void
-lease_token_args(FunctionCallInfo fcinfo, char **name, int64 *token)
+lease_token_args(FunctionCallInfo fcinfo, const char *func, char **name,
+				 int64 *token)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -588,43 +712,103 @@ lease_token_args(FunctionCallInfo fcinfo, char **name, int64 *token)
 	lockfence_validate_resource(*name);
 	*token = PG_GETARG_INT64(1);
 	lockfence_validate_token(*token);
-	PreventCommandIfReadOnly("lockfence.lease_renew()");
-	PreventCommandDuringRecovery("lockfence.lease_renew()");
+	PreventCommandIfReadOnly(func);
+	PreventCommandDuringRecovery(func);
 }
 
 /*
- * Raise lock lost for a lease that could not be renewed; row is the fence
- * row as it is now (found false: there is none).
+ * A renewal or release through the statements, for lockfence_run_in_subxact:
+ * lock the row (waiting for its lockers: the holder's own fencing
+ * transactions, a competing grant), judge it with the clock read after the
+ * lock, write it.  The subtransaction is kept only when it wrote: after a
+ * refusal (the lease was taken over meanwhile) the lock on the newest
+ * version must not outlive the call.
+ */
+typedef struct LeaseUpdateStep
+{
+	LeaseOp		op;
+	const char *name;
+	int64		token;
+	Interval   *ttl;
+	LeaseVerdict verdict;
+	FenceRow   *row;			/* as written, or as found when refused */
+} LeaseUpdateStep;
+
+static bool
+lease_update_step(void *arg)
+{
+	LeaseUpdateStep *step = (LeaseUpdateStep *) arg;
+	bool		found;
+	FenceRow	locked;
+	FenceRow	newrow;
+
+	found = lease_execute(LEASE_LOCK, step->name, NULL, &locked) == 1;
+	step->verdict = lease_decide(step->op, found ? &locked : NULL,
+								 step->token, NULL, step->ttl,
+								 GetCurrentTimestamp(), &newrow);
+	if (step->verdict != LEASE_WRITE)
+	{
+		*step->row = newrow;
+		return false;
+	}
+	if (lease_execute(LEASE_SET, step->name, &newrow, step->row) != 1)
+		elog(ERROR, "lease row for \"%s\" changed while locked", step->name);
+	return true;
+}
+
+static LeaseVerdict
+lease_update(LeaseOp op, const char *name, int64 token, Interval *ttl,
+			 FenceRow *row)
+{
+	FenceStoreState state;
+	LeaseUpdateStep step = {op, name, token, ttl, LEASE_NOT_HELD, row};
+
+	fence_store_enter(&state);
+	lease_lock_table();
+	(void) lockfence_run_in_subxact(lease_update_step, &step);
+	fence_store_leave(&state);
+	return step.verdict;
+}
+
+/*
+ * Raise lock lost for a lease that could not be renewed, for the verdict
+ * on row, the fence row as it is now.
  */
 static void
-lease_report_lost(const char *name, int64 token, bool found,
-				  const LeaseRow *row)
+lease_report_lost(const char *name, int64 token, LeaseVerdict verdict,
+				  const FenceRow *row)
 {
-	if (found && row->token > token)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
-				 errmsg("lease \"%s\" was taken over", name),
-				 errdetail("Token " INT64_FORMAT " was presented, but token " INT64_FORMAT " has been granted or fenced since.",
-						   token, row->token),
-				 errhint("Stop writing under this lease; acquire it again to get a new token.")));
-	if (found && row->token == token && row->leased &&
-		row->expires_at == DT_NOBEGIN)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
-				 errmsg("lease \"%s\" was released", name),
-				 errdetail("The lease of token " INT64_FORMAT " was released.", token),
-				 errhint("Acquire the lease again to get a new token.")));
-	if (found && row->token == token && row->leased)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
-				 errmsg("lease \"%s\" has expired", name),
-				 errdetail("The lease of token " INT64_FORMAT " expired at %s.",
-						   token, timestamptz_to_str(row->expires_at)),
-				 errhint("Renew well before the TTL runs out; acquire the lease again to get a new token.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
-			 errmsg("lease \"%s\" with token " INT64_FORMAT " is not held", name, token),
-			 errhint("Acquire the lease to get a token.")));
+	switch (verdict)
+	{
+		case LEASE_TAKEN_OVER:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+					 errmsg("lease \"%s\" was taken over", name),
+					 errdetail("Token " INT64_FORMAT " was presented, but token " INT64_FORMAT " has been granted or fenced since.",
+							   token, row->token),
+					 errhint("Stop writing under this lease; acquire it again to get a new token.")));
+			break;
+		case LEASE_RELEASED:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+					 errmsg("lease \"%s\" was released", name),
+					 errdetail("The lease of token " INT64_FORMAT " was released.", token),
+					 errhint("Acquire the lease again to get a new token.")));
+			break;
+		case LEASE_EXPIRED:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+					 errmsg("lease \"%s\" has expired", name),
+					 errdetail("The lease of token " INT64_FORMAT " expired at %s.",
+							   token, timestamptz_to_str(row->lease_expires_at)),
+					 errhint("Renew well before the TTL runs out; acquire the lease again to get a new token.")));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+					 errmsg("lease \"%s\" with token " INT64_FORMAT " is not held", name, token),
+					 errhint("Acquire the lease to get a token.")));
+	}
 }
 
 /*
@@ -638,37 +822,26 @@ lease_report_lost(const char *name, int64 token, bool found,
 Datum
 lockfence_lease_renew(PG_FUNCTION_ARGS)
 {
+	static const char *const func = "lockfence.lease_renew()";
 	char	   *name;
 	int64		token;
 	Interval   *ttl = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
-	FenceStoreState state;
-	LeaseRow	row;
-	FenceRow	frow;
-	bool		renewed;
-	bool		found = false;
+	FenceRow	row;
+	LeaseVerdict verdict;
 
-	lease_token_args(fcinfo, &name, &token);
+	lease_token_args(fcinfo, func, &name, &token);
 	fence_cache_forget(name);	/* this writes the fence row */
-	if (ttl != NULL && interval_usecs(ttl) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease ttl must be positive")));
+	if (ttl != NULL)
+		lease_check_ttl(func, name, ttl);
 
-	if (lease_fastpath_renew(name, token, ttl, &frow))
-		PG_RETURN_TIMESTAMPTZ(frow.lease_expires_at);
+	if (lease_fastpath_renew(name, token, ttl, &row))
+		PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 
 	/* Contended, or not renewable: wait, re-check, tell why. */
-	fence_store_enter(&state);
-	renewed = lease_update_sub(LEASE_RENEW, name, token,
-							   PointerGetDatum(ttl), ttl == NULL, &row);
-	if (!renewed)
-		found = lease_execute(LEASE_READ, name, 0, NULL, (Datum) 0, true,
-							  &row) == 1;
-	fence_store_leave(&state);
-
-	if (!renewed)
-		lease_report_lost(name, token, found, &row);
-	PG_RETURN_TIMESTAMPTZ(row.expires_at);
+	verdict = lease_update(LEASE_OP_RENEW, name, token, ttl, &row);
+	if (verdict != LEASE_WRITE)
+		lease_report_lost(name, token, verdict, &row);
+	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
 /*
@@ -683,24 +856,18 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	int64		token;
-	FenceStoreState state;
 	bool		released;
-	LeaseRow	row;
-	FenceRow	frow;
+	FenceRow	row;
 
-	lease_token_args(fcinfo, &name, &token);
+	lease_token_args(fcinfo, "lockfence.lease_release()", &name, &token);
 	fence_cache_forget(name);	/* this writes the fence row */
 
-	released = lease_fastpath_release(name, token, &frow);
-	if (released)
-		lease_row_from(&frow, &row);
-	else
+	released = lease_fastpath_release(name, token, &row);
+	if (!released)
 	{
 		/* Contended, or not held: wait for the row and re-check. */
-		fence_store_enter(&state);
-		released = lease_update_sub(LEASE_RELEASE, name, token, (Datum) 0,
-									true, &row);
-		fence_store_leave(&state);
+		released = lease_update(LEASE_OP_RELEASE, name, token, NULL, &row) ==
+			LEASE_WRITE;
 	}
 
 	if (released)

@@ -25,6 +25,35 @@
  */
 #define LEASE_MAX_SLEEP_MS		1000
 
+/* A lease operation, as lease_decide judges it. */
+typedef enum LeaseOp
+{
+	LEASE_OP_GRANT,
+	LEASE_OP_RENEW,
+	LEASE_OP_RELEASE
+} LeaseOp;
+
+/* What lease_decide found. */
+typedef enum LeaseVerdict
+{
+	LEASE_WRITE,				/* the operation applies: write *newrow */
+	LEASE_HELD,					/* grant: an unexpired lease, wait for it */
+	LEASE_TOKENS_EXHAUSTED,		/* grant: the token is at its maximum */
+	LEASE_TAKEN_OVER,			/* renew, release: a higher token since */
+	LEASE_RELEASED,				/* renew, release: the lease was released */
+	LEASE_EXPIRED,				/* renew, release: the lease expired */
+	LEASE_NOT_HELD				/* renew, release: no lease of the token */
+} LeaseVerdict;
+
+/* lease_decide.c: the one judgment of a lease, for both paths */
+extern LeaseVerdict lease_decide(LeaseOp op, const FenceRow *row,
+								 int64 token, const char *holder,
+								 Interval *ttl, TimestampTz now,
+								 FenceRow *newrow);
+extern TimestampTz lease_expiry(TimestampTz now, Interval *ttl);
+extern void lease_check_ttl(const char *func, const char *name,
+							Interval *ttl);
+
 /* lease_fastpath.c: uncontended operations without SPI */
 extern bool lease_fastpath_grant(const char *name, const char *holder,
 								 Interval *ttl, FenceRow *prev, FenceRow *row);

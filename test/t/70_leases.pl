@@ -7,7 +7,11 @@
 #   gets a higher token, the old holder's later writes are rejected, and in
 #   commit order no two holders' writes interleave; paused inside a
 #   fencing transaction, it holds the successor back until it ends;
-# - tokens only grow, across a crash (pg_ctl stop -m immediate).
+# - tokens only grow, across a crash (pg_ctl stop -m immediate);
+# - a first grant of a name in a prepared transaction: lease_try_acquire
+#   does not wait for it, lease_acquire's wait_timeout bounds the wait
+#   (55P03), as for any uncommitted first grant (test/specs/
+#   lease_first_grant.spec); before, both waited until statement_timeout.
 
 use strict;
 use warnings;
@@ -21,7 +25,8 @@ use IPC::Run;
 use LockfenceTest::EtcdCluster;    # session helpers only; no etcd here
 
 my $node = LockfenceTest::EtcdCluster::pg_node('leases',
-	"shared_preload_libraries = 'lockfence'\ntrack_commit_timestamp = on\n");
+	"shared_preload_libraries = 'lockfence'\ntrack_commit_timestamp = on\n"
+	  . "max_prepared_transactions = 2\n");
 $node->safe_psql('postgres', q{
 	CREATE TABLE log (n bigserial PRIMARY KEY, who text NOT NULL,
 					  token bigint NOT NULL);
@@ -238,6 +243,39 @@ is($node->safe_psql('postgres',
 my $after = $node->safe_psql('postgres',
 	"SELECT token FROM lockfence.lease_acquire('crash', '1 min', 'z')");
 ok($after > $before, "the next grant is higher ($after > $before)");
+
+# --- a prepared first grant -------------------------------------------------
+
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT token FROM lockfence.lease_acquire('prepared', '1 min', 'p');
+	PREPARE TRANSACTION 'lease_first_grant';
+});
+# statement_timeout only ends a wait that would not end by itself.
+my $t0 = time;
+is($node->safe_psql('postgres', q{
+	SET statement_timeout = '30s';
+	SELECT count(*) FROM lockfence.lease_try_acquire('prepared', '1 min', 'q')
+	 WHERE token IS NULL}),
+	'1', 'prepared first grant: try_acquire is not granted');
+my $took = time - $t0;
+ok($took < 10, 'prepared first grant: try_acquire does not wait')
+  or diag("took $took s");
+$t0 = time;
+my ($rc, $stdout, $stderr) = $node->psql('postgres', q{
+	SET statement_timeout = '30s';
+	SELECT token FROM lockfence.lease_acquire('prepared', '1 min', 'q',
+		wait_timeout => '500 ms')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+$took = time - $t0;
+like($stderr, qr/ERROR:  55P03: could not acquire lease "prepared" within wait_timeout/,
+	'prepared first grant: acquire fails with 55P03 at wait_timeout');
+ok($took >= 0.5 && $took < 10, 'prepared first grant: within the bound')
+  or diag("took $took s");
+$node->safe_psql('postgres', "ROLLBACK PREPARED 'lease_first_grant'");
+is($node->safe_psql('postgres',
+	"SELECT token FROM lockfence.lease_try_acquire('prepared', '1 min', 'q')"),
+	'1', 'after ROLLBACK PREPARED the lease is free');
 
 $node->stop;
 done_testing();

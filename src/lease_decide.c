@@ -1,0 +1,171 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_decide.c
+ *	  The judgment of a lease: free, held, expired, released, taken over.
+ *
+ * Both ways of writing a lease call lease_decide: the fast path
+ * (lease_fastpath.c) on the row version it is about to lock, and the
+ * statements (lease.c) on the row they have locked.  Each reads the clock
+ * only once it holds the table lock and the row lock the write needs (or,
+ * in the fast path, right before taking the row lock without waiting), so
+ * that no wait, behind LOCK TABLE, VACUUM FULL, ALTER EXTENSION UPDATE or a
+ * fencing transaction, can make a lease that expired meanwhile look held.
+ * Keeping the judgment here, once, is what keeps the two paths the same.
+ *
+ * IDENTIFICATION
+ *	  src/lease_decide.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "lease.h"
+#include "lockfence.h"
+
+/*
+ * The longest TTL (documented in README.md, lease functions): a lease is
+ * renewed, not granted for ever.
+ */
+#define LEASE_MAX_TTL_YEARS		100
+
+/*
+ * Beyond these a TTL's fields could overflow a timestamp when added to the
+ * current time; each alone is far above the maximum anyway.
+ */
+#define LEASE_TTL_FIELD_YEARS	10000
+
+/* now + ttl, with the session's time zone for day and month units. */
+TimestampTz
+lease_expiry(TimestampTz now, Interval *ttl)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(now),
+												   PointerGetDatum(ttl)));
+}
+
+/*
+ * Check a TTL given to func for lease name: it must give a time later than
+ * now (months and days count by the calendar, so '-1 month +30 days 12
+ * hours' may not), and at most LEASE_MAX_TTL_YEARS later.
+ */
+void
+lease_check_ttl(const char *func, const char *name, Interval *ttl)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Interval	max_ttl = {0};
+	const double max_field_days = LEASE_TTL_FIELD_YEARS * 366.0;
+	bool		huge;
+	bool		positive;
+	bool		too_long;
+
+	max_ttl.month = LEASE_MAX_TTL_YEARS * MONTHS_PER_YEAR;
+	huge = fabs((double) ttl->month) > max_field_days / 28 ||
+		fabs((double) ttl->day) > max_field_days ||
+		fabs((double) ttl->time) > max_field_days * USECS_PER_DAY;
+	if (huge)
+	{
+		/* Far beyond either bound: its sign is its fields' sum. */
+		positive = (double) ttl->time + (double) ttl->day * USECS_PER_DAY +
+			(double) ttl->month * DAYS_PER_MONTH * USECS_PER_DAY > 0;
+		too_long = positive;
+	}
+	else
+	{
+		TimestampTz expiry = lease_expiry(now, ttl);
+
+		positive = expiry > now;
+		too_long = expiry > lease_expiry(now, &max_ttl);
+	}
+
+	if (too_long)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease ttl must be at most %d years",
+						LEASE_MAX_TTL_YEARS),
+				 errdetail("%s was called for lease \"%s\" with ttl %s.",
+						   func, name,
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(ttl)))),
+				 errhint("Give a shorter ttl, and renew the lease to keep it longer.")));
+	if (!positive)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease ttl must be positive"),
+				 errdetail("%s was called for lease \"%s\" with ttl %s, which added to the current time does not give a later time (months and days count by the calendar).",
+						   func, name,
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(ttl)))),
+				 errhint("Give a ttl such as '30 seconds'.")));
+}
+
+/*
+ * Judge op on the fence row of a lease (NULL: the name has none) at now,
+ * which the caller read after locking the table and while holding (or just
+ * before taking, without waiting) the row lock.
+ *
+ * A grant takes a free lease: never granted, expired, or released; a
+ * renewal or release needs the unexpired lease of token.  When the
+ * operation applies, returns LEASE_WRITE with *newrow the row to write
+ * (the next token for a grant, a new expiry for a renewal, -infinity for a
+ * release, so that no clock jump revives it); otherwise says why not.
+ * token is that of a renewal or release; holder and ttl (NULL for a
+ * renewal: the lease's own TTL) those given by the caller.
+ */
+LeaseVerdict
+lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
+			 Interval *ttl, TimestampTz now, FenceRow *newrow)
+{
+	bool		unexpired = row != NULL && row->leased &&
+		row->lease_expires_at > now;
+
+	if (row != NULL)
+		*newrow = *row;
+	else
+		memset(newrow, 0, sizeof(FenceRow));
+
+	if (op == LEASE_OP_GRANT)
+	{
+		if (unexpired)
+			return LEASE_HELD;
+		if (row != NULL && row->token == PG_INT64_MAX)
+			return LEASE_TOKENS_EXHAUSTED;
+		newrow->token = row != NULL ? row->token + 1 : 1;
+		newrow->accepted_at = now;
+		newrow->holder = (char *) holder;
+		newrow->leased = true;
+		newrow->lease_expires_at = lease_expiry(now, ttl);
+		newrow->lease_ttl = ttl;
+		return LEASE_WRITE;
+	}
+
+	if (row == NULL)
+		return LEASE_NOT_HELD;
+	if (row->token > token)
+		return LEASE_TAKEN_OVER;
+	if (row->token != token || !row->leased)
+		return LEASE_NOT_HELD;
+	if (row->lease_expires_at == DT_NOBEGIN)
+		return LEASE_RELEASED;
+	if (!unexpired)
+		return LEASE_EXPIRED;
+
+	if (op == LEASE_OP_RELEASE)
+	{
+		newrow->lease_expires_at = DT_NOBEGIN;
+		return LEASE_WRITE;
+	}
+
+	/* A renewal: now + the given TTL, or the one the lease has. */
+	if (ttl == NULL)
+		ttl = row->lease_ttl;
+	if (ttl == NULL)
+		return LEASE_NOT_HELD;	/* every grant records its TTL */
+	newrow->lease_expires_at = lease_expiry(now, ttl);
+	newrow->lease_ttl = ttl;
+	return LEASE_WRITE;
+}
