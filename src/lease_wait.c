@@ -39,10 +39,18 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "tcop/tcopprot.h"
 #include "utils/memutils.h"
 
 #include "lease.h"
 #include "lockfence.h"
+
+/*
+ * From libpq/libpq.h, which includes libpq-be.h and with it the GSSAPI
+ * headers of a server built with GSSAPI: declared here so that building
+ * lockfence does not need the Kerberos development files.
+ */
+extern bool pq_check_connection(void);
 
 /* Slots of condition variables; names hash onto them. */
 #define LEASE_WAIT_SLOTS	128
@@ -150,9 +158,31 @@ lease_wait_prepare(const char *name)
 }
 
 /*
- * Sleep up to timeout_ms, or until a release of a name on our slot has
- * committed since the last look.  Interrupts (cancel, statement_timeout,
- * termination) are served at once.
+ * End the session if its client has gone away.  A waiter whose client was
+ * killed would otherwise wait on, be granted the lease, and hold it for a
+ * whole TTL that nobody uses, keeping every other waiter out (through a
+ * pooler too: it closes the server connection of a client that left in the
+ * middle of a statement).  Raises FATAL ("connection to client lost") as
+ * client_connection_check_interval does, but without that setting.
+ */
+static void
+lease_wait_check_client(void)
+{
+	if (MyProcPort == NULL || whereToSendOutput != DestRemote)
+		return;
+	if (!pq_check_connection())
+	{
+		ClientConnectionLost = 1;
+		InterruptPending = 1;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Sleep up to timeout_ms (at most LEASE_MAX_SLEEP_MS), or until a release
+ * of a name on our slot has committed since the last look.  Interrupts
+ * (cancel, statement_timeout, termination) are served at once; a client
+ * that has gone away is noticed after each sleep, so within a second.
  */
 void
 lease_wait_sleep(long timeout_ms)
@@ -166,6 +196,7 @@ lease_wait_sleep(long timeout_ms)
 	{
 		ConditionVariableTimedSleep(&lease_wait_shared->cv[lease_wait_prepared],
 									timeout_ms, PG_WAIT_EXTENSION);
+		lease_wait_check_client();
 		return;
 	}
 
@@ -176,6 +207,7 @@ lease_wait_sleep(long timeout_ms)
 					 timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	lease_wait_check_client();
 }
 
 void
