@@ -1110,6 +1110,12 @@ BEGIN
                   HINT = 'Run it on the primary, after the promotion.';
     END IF;
 
+    -- A floor for every name lifts the refusal after a promotion (LF004)
+    -- and covers the names without a row; a list of names does neither.
+    IF raise_floor.resources IS NULL THEN
+        PERFORM lockfence.floor_record(raise_floor.floor);
+    END IF;
+
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
         UPDATE lockfence.fences f
@@ -1188,6 +1194,78 @@ COMMENT ON FUNCTION lockfence.etcd_raise_floor(text[]) IS
 REVOKE ALL ON FUNCTION lockfence.raise_floor(bigint, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_revision() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_raise_floor(text[]) FROM PUBLIC;
+
+-- failover guard (issue 23 items 1 to 4)
+--
+-- Which server wrote this database's fences: its system identifier and
+-- WAL timeline, recorded at CREATE EXTENSION and by raise_floor(floor)
+-- without resources, etcd_raise_floor() and accept_promotion().  While the
+-- server's own identity differs (a promoted standby, a restored backup,
+-- dump or pg_upgrade), every fence and lease operation is refused with
+-- SQLSTATE LF004 (src/failover_guard.c).  floor is the global fence floor:
+-- the fence of every resource without a row.  Dumped with the fences, so
+-- that a dump restored elsewhere is refused until the floor is raised.
+CREATE TABLE lockfence.floor_state (
+    system_identifier bigint NOT NULL,
+    timeline          bigint NOT NULL,
+    floor             bigint NOT NULL DEFAULT 0 CHECK (floor >= 0),
+    recorded_at       timestamptz NOT NULL
+);
+
+COMMENT ON TABLE lockfence.floor_state IS
+    'Server identity that wrote the fences, and the global fence floor (one row)';
+
+REVOKE ALL ON lockfence.floor_state FROM PUBLIC;
+GRANT SELECT ON lockfence.floor_state TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('lockfence.floor_state', '');
+
+CREATE FUNCTION lockfence.floor_identity(OUT system_identifier bigint,
+                                         OUT timeline bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lockfence_floor_identity'
+LANGUAGE C VOLATILE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.floor_identity() IS
+    'This server''s system identifier and the WAL timeline it writes';
+
+INSERT INTO lockfence.floor_state
+SELECT i.system_identifier, i.timeline, 0, pg_catalog.statement_timestamp()
+  FROM lockfence.floor_identity() AS i;
+
+CREATE FUNCTION lockfence.floor_record(floor bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_floor_record'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_record(bigint) IS
+    'Record this server''s identity and raise the global floor (raise_floor() calls it)';
+
+CREATE FUNCTION lockfence.accept_promotion()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_accept_promotion'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.accept_promotion() IS
+    'Accept a promotion or restore that lost nothing, without a floor (operators only)';
+
+CREATE FUNCTION lockfence.floor_status(OUT recorded_system_identifier bigint,
+                                       OUT recorded_timeline bigint,
+                                       OUT recorded_at timestamptz,
+                                       OUT floor bigint,
+                                       OUT system_identifier bigint,
+                                       OUT timeline bigint,
+                                       OUT in_recovery boolean,
+                                       OUT writes_refused boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lockfence_floor_status'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_status() IS
+    'Recorded and current server identity, global floor, and whether fenced writes are refused (LF004)';
+
+REVOKE ALL ON FUNCTION lockfence.floor_record(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.accept_promotion() FROM PUBLIC;
 
 /* lockfence: leases (lease locks whose token is the fence's token) */
 

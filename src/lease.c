@@ -61,6 +61,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "failover_guard.h"
 #include "lease.h"
 #include "lockfence.h"
 #include "metrics.h"
@@ -108,10 +109,10 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" WHERE resource OPERATOR(pg_catalog.=) $1 AND" LEASE_IS_FREE
 	" RETURNING token, lease_expires_at, accepted_at",
 
-	/* LEASE_INSERT: the first token of a name */
+	/* LEASE_INSERT: the first token of a name, above the floor ($2) */
 	"INSERT INTO lockfence.fences"
 	" (resource, token, accepted_at, holder, lease_expires_at, lease_ttl)"
-	" VALUES ($1, 1, pg_catalog.clock_timestamp(), $3,"
+	" VALUES ($1, $2 OPERATOR(pg_catalog.+) 1, pg_catalog.clock_timestamp(), $3,"
 	" pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4, $4)"
 	" ON CONFLICT (resource) DO NOTHING"
 	" RETURNING token, lease_expires_at, accepted_at",
@@ -349,7 +350,8 @@ lease_attempt_spi(const char *name, const char *holder, Datum ttl, bool wait,
 		{
 			/* A new name; a concurrent first grant makes us look again. */
 			prev->leased = false;
-			if (lease_execute(LEASE_INSERT, name, 0, holder, ttl, false, row) == 1)
+			if (lease_execute(LEASE_INSERT, name, lockfence_failover_floor(),
+							  holder, ttl, false, row) == 1)
 			{
 				result = LEASE_ATTEMPT_GRANTED;
 				break;
@@ -440,6 +442,7 @@ lease_acquire_args(FunctionCallInfo fcinfo, char **name, Datum *ttl,
 	/* A grant is a write. */
 	PreventCommandIfReadOnly("lockfence.lease_acquire()");
 	PreventCommandDuringRecovery("lockfence.lease_acquire()");
+	lockfence_failover_guard();
 }
 
 /* The (token, expires_at) record of a granted lease. */
@@ -588,6 +591,7 @@ lease_token_args(FunctionCallInfo fcinfo, char **name, int64 *token)
 	lockfence_validate_token(*token);
 	PreventCommandIfReadOnly("lockfence.lease_renew()");
 	PreventCommandDuringRecovery("lockfence.lease_renew()");
+	lockfence_failover_guard();
 }
 
 /*
