@@ -40,12 +40,16 @@ sub try_sql
 sub status
 {
 	my ($node, $db) = @_;
-	return $node->safe_psql($db // 'postgres',
-		'SELECT writes_refused, floor, recorded_timeline, timeline FROM lockfence.floor_status()');
+	my ($out) = try_sql($node,
+		'SELECT writes_refused, floor, recorded_timeline, timeline FROM lockfence.floor_status()',
+		$db);
+	chomp $out;
+	return $out;
 }
 
 my $primary = PostgreSQL::Test::Cluster->new('guard_primary');
 $primary->init(allows_streaming => 1);
+$primary->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'");
 $primary->start;
 $primary->safe_psql(
 	'postgres', q{
@@ -65,8 +69,8 @@ my $standby = PostgreSQL::Test::Cluster->new('guard_standby');
 $standby->init_from_backup($primary, 'b', has_streaming => 1);
 $standby->start;
 $primary->wait_for_catchup($standby, 'replay');
-is($standby->safe_psql('postgres', 'SELECT in_recovery, writes_refused FROM lockfence.floor_status()'),
-	't|f', 'a standby in recovery: nothing refused (nothing can be written there)');
+is((try_sql($standby, 'SELECT in_recovery, writes_refused FROM lockfence.floor_status()'))[0],
+	"t|f\n", 'a standby in recovery: nothing refused (nothing can be written there)');
 
 # --- the lossy failover -------------------------------------------------------
 
@@ -100,7 +104,7 @@ my @refused = (
 	[ "SELECT lockfence.fence(ARRAY['r1', 'r2'], 60)", 'fence(text[])' ],
 	[ "SELECT lockfence.try_fence(ARRAY['r1', 'r2'], 60)", 'try_fence(text[])' ],
 	[ "INSERT INTO ledger VALUES (2, 1, 70)", 'a protected table\'s INSERT with a token' ],
-	[ "SELECT * FROM lockfence.lease_acquire('L1', '1 hour', 'old-holder')", 'lease_acquire() of a lost lease' ],
+	[ "SELECT * FROM lockfence.lease_acquire('L1', '1 hour', 'old-holder', '1s')", 'lease_acquire() of a lost lease' ],
 	[ "SELECT * FROM lockfence.lease_try_acquire('lostlease', '1 hour')", 'lease_try_acquire()' ],
 	[ "SELECT lockfence.lease_renew('L1', 1)", 'lease_renew() of the lease the old primary released' ],
 	[ "SELECT lockfence.lease_release('L1', 1)", 'lease_release()' ],
@@ -127,6 +131,8 @@ like($early->{stderr}, qr/LF004|fence floor has not been raised/,
 $early->{stderr} = '';
 
 is(status($standby), 't|0|1|2', 'floor_status(): writes refused, recorded timeline 1, current 2');
+is($standby->safe_psql('postgres', "SELECT value FROM lockfence.metrics WHERE name = 'floor_required'"),
+	'1', 'the floor_required gauge is 1');
 is($standby->safe_psql('postgres', "SELECT lockfence.current_token('r1')"),
 	'10', 'reads still work (the fence of r1 is back at 10)');
 
@@ -139,6 +145,8 @@ is($s, 'LF004', 'raise_floor(F, resources) leaves the refusal in place');
 is($standby->safe_psql('postgres', 'SELECT lockfence.raise_floor(100)'),
 	'3', 'raise_floor(100) raises r2, ledger and L1 (r1 was raised already)');
 is(status($standby), 'f|100|2|2', 'floor_status(): nothing refused, floor 100, timeline 2 recorded');
+is($standby->safe_psql('postgres', "SELECT value FROM lockfence.metrics WHERE name = 'floor_required'"),
+	'0', 'the floor_required gauge is back to 0');
 
 my $accepted = 0;
 for my $rt ([ 'r1', 30 ], [ 'r1', 10 ], [ 'r2', 20 ], [ 'lost', 50 ], [ 'lost', 40 ],
