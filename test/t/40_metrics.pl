@@ -213,7 +213,7 @@ is(counters()->{fence_rejected_total}, $c->{fence_rejected_total},
 	'a refused reset changes nothing');
 is($node->safe_psql('postgres',
 		'SELECT count(*) FROM lockfence.metrics', extra_params => [ '-U', 'app' ]),
-	'14', 'PUBLIC may read the metrics');
+	'15', 'PUBLIC may read the metrics');
 
 $node->safe_psql('postgres', 'SELECT lockfence.reset_metrics()');
 $c = counters();

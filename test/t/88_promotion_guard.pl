@@ -39,10 +39,9 @@ sub try_sql
 
 sub status
 {
-	my ($node, $db) = @_;
-	my ($out) = try_sql($node,
-		'SELECT writes_refused, floor, recorded_timeline, timeline FROM lockfence.floor_status()',
-		$db);
+	my ($node, $db, $cols) = @_;
+	$cols //= 'writes_refused, floor, recorded_timeline, timeline';
+	my ($out) = try_sql($node, "SELECT $cols FROM lockfence.floor_status()", $db);
 	chomp $out;
 	return $out;
 }
@@ -69,8 +68,8 @@ my $standby = PostgreSQL::Test::Cluster->new('guard_standby');
 $standby->init_from_backup($primary, 'b', has_streaming => 1);
 $standby->start;
 $primary->wait_for_catchup($standby, 'replay');
-is((try_sql($standby, 'SELECT in_recovery, writes_refused FROM lockfence.floor_status()'))[0],
-	"t|f\n", 'a standby in recovery: nothing refused (nothing can be written there)');
+is(status($standby, 'postgres', 'in_recovery, writes_refused'),
+	't|f', 'a standby in recovery: nothing refused (nothing can be written there)');
 
 # --- the lossy failover -------------------------------------------------------
 
