@@ -101,12 +101,7 @@ BEGIN
                   HINT = 'Run it on the primary, after the promotion.';
     END IF;
 
-    -- A floor for every name lifts the refusal after a promotion (LF004)
-    -- and covers the names without a row; a list of names does neither.
-    IF raise_floor.resources IS NULL THEN
-        PERFORM lockfence.floor_record(raise_floor.floor);
-    END IF;
-
+    PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
         UPDATE lockfence.fences f

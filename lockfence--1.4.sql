@@ -1086,6 +1086,9 @@ COMMENT ON FUNCTION lockfence.check() IS
 -- Raise every fence (or those of the named resources, creating rows for
 -- named resources that have none) to at least floor, the lowest token
 -- accepted afterwards.  Returns the number of fences raised or created.
+-- Without resources it also records this server's identity and floor as
+-- the global floor (floor_record): that lifts the refusal after a
+-- promotion (LF004) and covers names without a row; a list does neither.
 CREATE FUNCTION lockfence.raise_floor(floor bigint, resources text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -1110,12 +1113,7 @@ BEGIN
                   HINT = 'Run it on the primary, after the promotion.';
     END IF;
 
-    -- A floor for every name lifts the refusal after a promotion (LF004)
-    -- and covers the names without a row; a list of names does neither.
-    IF raise_floor.resources IS NULL THEN
-        PERFORM lockfence.floor_record(raise_floor.floor);
-    END IF;
-
+    PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
         UPDATE lockfence.fences f
