@@ -6,9 +6,11 @@
 #	  admitting writers (the callback script with a numeric floor).
 #
 # Tokens come from a lock service other than etcd (plain numbers here), so
-# the operator gives the floor.  Also: a resource whose fence row the
-# failover lost entirely is only covered when named; the floor functions
-# refuse to run on a standby (25006).
+# the operator gives the floor.  Also: fences are refused (LF004) from the
+# promotion on; a floor for a list of resources keeps that refusal (the
+# operator then accepts the promotion); a resource whose fence row the
+# failover lost entirely is covered when named; the floor functions refuse
+# to run on a standby (25006).
 
 use strict;
 use warnings;
