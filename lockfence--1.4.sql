@@ -955,6 +955,7 @@ DECLARE
     fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
     r record;
     shape text;
+    fs record;
     endpoints text;
     st record;
 BEGIN
@@ -975,6 +976,17 @@ BEGIN
         RETURN QUERY SELECT 'error', 'fences_table_altered',
             pg_catalog.format('%s Fences and leases then go through SQL statements, whose outcome the change may alter.', shape),
             'Undo the change: lockfence.fences must stay as installed (compare with a fresh CREATE EXTENSION lockfence).';
+    END IF;
+
+    -- A promoted (or restored) server refuses every fence and lease with
+    -- LF004 until its floor is raised: say so, with what to run.
+    SELECT * INTO fs FROM lockfence.floor_status();
+    IF fs.writes_refused THEN
+        RETURN QUERY SELECT 'error', 'floor_not_raised',
+            pg_catalog.format('This server (system identifier %s, timeline %s) is not the one that wrote the fences (system identifier %s, timeline %s): it was promoted or restored, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
+                              fs.system_identifier, fs.timeline,
+                              coalesce(fs.recorded_system_identifier::text, 'none'), coalesce(fs.recorded_timeline::text, 'none')),
+            'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if the promotion or restore lost nothing, SELECT lockfence.accept_promotion();';
     END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN
@@ -1237,6 +1249,9 @@ COMMENT ON FUNCTION lockfence.check() IS
 -- Raise every fence (or those of the named resources, creating rows for
 -- named resources that have none) to at least floor, the lowest token
 -- accepted afterwards.  Returns the number of fences raised or created.
+-- Without resources it also records this server's identity and floor as
+-- the global floor (floor_record): that lifts the refusal after a
+-- promotion (LF004) and covers names without a row; a list does neither.
 CREATE FUNCTION lockfence.raise_floor(floor bigint, resources text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -1261,6 +1276,7 @@ BEGIN
                   HINT = 'Run it on the primary, after the promotion.';
     END IF;
 
+    PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
     IF raise_floor.resources IS NULL THEN
         -- The holder of the floor is unknown: any holder may present it.
         -- No lease survives a floor: its holder lost it with the failover,
@@ -1344,6 +1360,78 @@ COMMENT ON FUNCTION lockfence.etcd_raise_floor(text[]) IS
 REVOKE ALL ON FUNCTION lockfence.raise_floor(bigint, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_revision() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.etcd_raise_floor(text[]) FROM PUBLIC;
+
+-- failover guard (issue 23 items 1 to 4)
+--
+-- Which server wrote this database's fences: its system identifier and
+-- WAL timeline, recorded at CREATE EXTENSION and by raise_floor(floor)
+-- without resources, etcd_raise_floor() and accept_promotion().  While the
+-- server's own identity differs (a promoted standby, a restored backup,
+-- dump or pg_upgrade), every fence and lease operation is refused with
+-- SQLSTATE LF004 (src/failover_guard.c).  floor is the global fence floor:
+-- the fence of every resource without a row.  Dumped with the fences, so
+-- that a dump restored elsewhere is refused until the floor is raised.
+CREATE TABLE lockfence.floor_state (
+    system_identifier bigint NOT NULL,
+    timeline          bigint NOT NULL,
+    floor             bigint NOT NULL DEFAULT 0 CHECK (floor >= 0),
+    recorded_at       timestamptz NOT NULL
+);
+
+COMMENT ON TABLE lockfence.floor_state IS
+    'Server identity that wrote the fences, and the global fence floor (one row)';
+
+REVOKE ALL ON lockfence.floor_state FROM PUBLIC;
+GRANT SELECT ON lockfence.floor_state TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('lockfence.floor_state', '');
+
+CREATE FUNCTION lockfence.floor_identity(OUT system_identifier bigint,
+                                         OUT timeline bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lockfence_floor_identity'
+LANGUAGE C VOLATILE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.floor_identity() IS
+    'This server''s system identifier and the WAL timeline it writes';
+
+INSERT INTO lockfence.floor_state
+SELECT i.system_identifier, i.timeline, 0, pg_catalog.statement_timestamp()
+  FROM lockfence.floor_identity() AS i;
+
+CREATE FUNCTION lockfence.floor_record(floor bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_floor_record'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_record(bigint) IS
+    'Record this server''s identity and raise the global floor (raise_floor() calls it)';
+
+CREATE FUNCTION lockfence.accept_promotion()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lockfence_accept_promotion'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.accept_promotion() IS
+    'Accept a promotion or restore that lost nothing, without a floor (operators only)';
+
+CREATE FUNCTION lockfence.floor_status(OUT recorded_system_identifier bigint,
+                                       OUT recorded_timeline bigint,
+                                       OUT recorded_at timestamptz,
+                                       OUT floor bigint,
+                                       OUT system_identifier bigint,
+                                       OUT timeline bigint,
+                                       OUT in_recovery boolean,
+                                       OUT writes_refused boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lockfence_floor_status'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_status() IS
+    'Recorded and current server identity, global floor, and whether fenced writes are refused (LF004)';
+
+REVOKE ALL ON FUNCTION lockfence.floor_record(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.accept_promotion() FROM PUBLIC;
 
 /* lockfence: leases (lease locks whose token is the fence's token) */
 

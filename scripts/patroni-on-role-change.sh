@@ -6,7 +6,10 @@
 # advances the old primary acknowledged are lost, and tokens it rejected
 # would be accepted again.  Raising every fence above every token issued
 # before the failover rejects them again (their holders must acquire their
-# locks again: LF001).  See docs/ha.md.
+# locks again: LF001).  Since lockfence 1.4 the promoted server refuses every
+# fenced write and lease operation (LF004) from the promotion until this
+# runs, so no superseded token is accepted in between; raising the floor
+# (without LOCKFENCE_RESOURCES) lifts that refusal.  See docs/ha.md.
 #
 # Opt-in, in patroni.yml (Patroni appends: ACTION ROLE CLUSTER):
 #
@@ -28,8 +31,11 @@
 #   LOCKFENCE_RESOURCES  raise only these resources (space-separated),
 #                        creating a fence at the floor for those the
 #                        failover lost entirely; default: every fence of
-#                        each database.  Use it when other resources take
-#                        tokens from another lock service.
+#                        each database, and the floor of every name without
+#                        a row.  Use it when other resources take tokens
+#                        from another lock service: fenced writes then stay
+#                        refused (LF004) until an operator raises the other
+#                        resources and calls lockfence.accept_promotion().
 #   LOCKFENCE_TIMEOUT    seconds the whole run may take (default 60): the
 #                        script waits at most that long for the promotion to
 #                        complete and for each statement, then gives up.
@@ -70,15 +76,37 @@ remaining() {
 	echo $((started + timeout - $(date +%s)))
 }
 
-# Run one SQL statement with bounded connect and statement time; prints
-# unaligned tuples only.
-run_sql() {
-	local db=$1 sql=$2 left
+# Run psql with bounded connect and statement time, the script on standard
+# input; prints unaligned tuples only.
+run_psql() {
+	local db=$1 left
 	left=$(remaining)
 	[ "$left" -gt 0 ] || return 124
 	PGCONNECT_TIMEOUT=$((left < 10 ? (left < 2 ? 2 : left) : 10)) \
 		PGOPTIONS="-c statement_timeout=${left}s -c lock_timeout=${left}s ${PGOPTIONS:-}" \
-		psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" -c "$sql"
+		psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" -f -
+}
+
+# One session per database: wait for the end of recovery (Patroni calls us
+# right after pg_ctl promote, without waiting: the floor must be read and
+# written after the promotion, never before), then raise the floor if the
+# database has lockfence ("raised:..."; "none:" if not).  With list=1, first
+# print the other databases to visit ("db:NAME").  Each statement is its
+# own transaction: one begun during recovery could not write.
+raise_in() {
+	local db=$1 list=$2
+	{
+		echo 'DO $w$ BEGIN WHILE pg_catalog.pg_is_in_recovery() LOOP PERFORM pg_catalog.pg_sleep(0.02); END LOOP; END $w$;'
+		if [ "$list" = 1 ]; then
+			echo "SELECT 'db:' || datname FROM pg_catalog.pg_database WHERE datallowconn AND datname <> pg_catalog.current_database() ORDER BY datname;"
+		fi
+		echo "SELECT count(*) = 1 AS has_lockfence FROM pg_catalog.pg_extension WHERE extname = 'lockfence' \\gset"
+		echo '\if :has_lockfence'
+		echo "$floor_sql;"
+		echo '\else'
+		echo "SELECT 'none:';"
+		echo '\endif'
+	} | run_psql "$db"
 }
 
 case "$timeout" in
@@ -110,7 +138,7 @@ off)
 	exit 0
 	;;
 etcd)
-	floor_sql="SELECT 'floor=' || floor || ' raised=' || raised
+	floor_sql="SELECT 'raised:floor=' || floor || ' raised=' || raised
 	             FROM lockfence.etcd_raise_floor($resources_sql)"
 	;;
 '' | *[!0-9]*)
@@ -118,54 +146,75 @@ etcd)
 	exit 1
 	;;
 *)
-	floor_sql="SELECT 'floor=$floor raised=' || lockfence.raise_floor($floor, $resources_sql)"
+	floor_sql="SELECT 'raised:floor=$floor raised=' || lockfence.raise_floor($floor, $resources_sql)"
 	;;
 esac
 
 log "promoted (cluster \"$cluster\"): raising lockfence fences (floor: $floor, at most ${timeout}s)"
 
-# Patroni calls us right after pg_ctl promote, without waiting: the server
-# may still be leaving recovery.  The floor must be read and written after
-# that, never before.
-while :; do
-	if out=$(run_sql "${PGDATABASE:-postgres}" "SELECT pg_is_in_recovery()" 2>&1) && [ "$out" = f ]; then
-		break
-	fi
-	if [ "$(remaining)" -le 0 ]; then
-		log "gave up: the server did not leave recovery within ${timeout}s (last answer: ${out:-none})"
-		exit 1
-	fi
-	sleep 0.2
-done
-
-databases=()
+# Until the floor is raised (or accept_promotion() called) the promoted
+# server refuses every fenced write and lease operation with LF004, so
+# writers are safe meanwhile; raising it lifts the refusal.  One connection
+# for the first database; with LOCKFENCE_DATABASES unset, it lists the others
+# too, visited one connection each.
+status=0
+found=0
+first=${PGDATABASE:-postgres}
+list=1
+todo=()
 if [ -n "${LOCKFENCE_DATABASES:-}" ]; then
-	read -r -a databases <<<"$LOCKFENCE_DATABASES"
-else
-	if ! list=$(run_sql "${PGDATABASE:-postgres}" "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname" 2>&1); then
-		log "failed: cannot list databases: $list"
-		exit 1
-	fi
-	while IFS= read -r db; do
-		[ -n "$db" ] || continue
-		if has=$(run_sql "$db" "SELECT count(*) FROM pg_extension WHERE extname = 'lockfence'" 2>&1) && [ "$has" = 1 ]; then
-			databases+=("$db")
-		fi
-	done <<<"$list"
+	read -r -a todo <<<"$LOCKFENCE_DATABASES"
+	first=${todo[0]}
+	todo=("${todo[@]:1}")
+	list=0
 fi
 
-if [ ${#databases[@]} -eq 0 ]; then
+# Log the outcome of raise_in for database $1 (output $2, exit status $3).
+report() {
+	local db=$1 out=$2 rc=$3 line
+	if [ "$rc" -ne 0 ]; then
+		log "database \"$db\": FAILED, fences not raised: $(echo "$out" | tr '\n' ' ')"
+		status=1
+		return
+	fi
+	line=$(grep -m1 '^raised:' <<<"$out")
+	if [ -n "$line" ]; then
+		log "database \"$db\": ${line#raised:}"
+		found=$((found + 1))
+	fi
+}
+
+# The first connection may be refused while the server starts: retry it.
+while :; do
+	out=$(raise_in "$first" "$list" 2>&1)
+	rc=$?
+	[ $rc -eq 0 ] && break
+	if [ "$(remaining)" -le 0 ]; then
+		log "gave up: database \"$first\" did not answer, or the server did not leave recovery, within ${timeout}s (last answer: $(echo "${out:-none}" | tr '\n' ' '))"
+		exit 1
+	fi
+	case "$out" in
+	*"could not connect"* | *"the database system is"* | *"Connection refused"*) sleep 0.2 ;;
+	*) break ;;
+	esac
+done
+report "$first" "$out" $rc
+if [ "$list" = 1 ]; then
+	while IFS= read -r line; do
+		case "$line" in db:?*) todo+=("${line#db:}") ;; esac
+	done <<<"$out"
+fi
+
+for db in "${todo[@]}"; do
+	out=$(raise_in "$db" 0 2>&1)
+	report "$db" "$out" $?
+done
+
+if [ $found -eq 0 ] && [ $status -eq 0 ]; then
 	log "no database has the lockfence extension: nothing to raise"
 	exit 0
 fi
-
-status=0
-for db in "${databases[@]}"; do
-	if out=$(run_sql "$db" "$floor_sql" 2>&1); then
-		log "database \"$db\": $out"
-	else
-		log "database \"$db\": FAILED, fences not raised: $(echo "$out" | tr '\n' ' ')"
-		status=1
-	fi
-done
+if [ -n "${LOCKFENCE_RESOURCES:-}" ] && [ $status -eq 0 ]; then
+	log "only LOCKFENCE_RESOURCES were raised: fenced writes stay refused (LF004) until lockfence.raise_floor(N) or, once the other resources are safe, lockfence.accept_promotion() runs in each database"
+fi
 exit $status

@@ -25,6 +25,7 @@
 #include "utils/tuplestore.h"
 
 #include "etcd.h"
+#include "failover_guard.h"
 #include "lockfence.h"
 
 PG_FUNCTION_INFO_V1(lockfence_etcd_lock);
@@ -318,6 +319,7 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	/* 1.2 SQL has scope, defaulting to 'transaction'; older SQL had none */
 	xact_scope = xact_scope_arg(fcinfo, 4, false);
 
+	lockfence_failover_guard();
 	etcd_lock_set_of_name(&set, name);
 	fence.resource = resource;
 	fence.name = set.names[0];
@@ -361,6 +363,7 @@ lockfence_etcd_lock_and_fence_many(PG_FUNCTION_ARGS)
 	wait_ms = wait_timeout_ms(fcinfo, 3);
 	xact_scope = xact_scope_arg(fcinfo, 4, true);
 	lf.fcinfo = fcinfo;
+	lockfence_failover_guard();
 	InitMaterializedSRF(fcinfo, 0);
 
 	etcd_lock_set_take(&set, ttl, wait_ms, xact_scope, true,

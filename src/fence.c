@@ -25,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "failover_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
 
@@ -158,6 +159,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 	lockfence_validate_token(token);
 	if (holder != NULL)
 		lockfence_validate_holder(holder);
+	lockfence_failover_guard();
 
 	if (fence_cache_covers(resource, token, holder))
 	{

@@ -66,6 +66,7 @@
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
+#include "failover_guard.h"
 #include "lockfence.h"
 
 /* The statements, and their saved plans (prepared on first use). */
@@ -414,6 +415,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
 		{
 			/* A new resource; a concurrent first fence makes us look again. */
+			if (lockfence_failover_floor_rejects(token, outcome))
+				break;
 			if (fence_execute(FENCE_INSERT, resource, token, holder) == 1)
 			{
 				fence_accept_advance(outcome, token, holder, callercxt);

@@ -75,6 +75,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "failover_guard.h"
 #include "lease.h"
 #include "lockfence.h"
 #include "metrics.h"
@@ -128,7 +129,7 @@ static const char *const lease_statement_sql[LEASE_NUM_STATEMENTS] = {
 	" WHERE resource OPERATOR(pg_catalog.=) $1"
 	" RETURNING" LEASE_COLUMNS,
 
-	/* LEASE_INSERT: the first token of a name */
+	/* LEASE_INSERT: the first token of a name (lease_decide puts it above the failover floor) */
 	"INSERT INTO lockfence.fences"
 	" (resource, token, accepted_at, holder, lease_expires_at, lease_ttl)"
 	" VALUES ($1, $2, $5, $3, $6, $4)"
@@ -546,6 +547,7 @@ lease_acquire_args(FunctionCallInfo fcinfo, const char *func, char **name,
 	/* A grant is a write. */
 	PreventCommandIfReadOnly(func);
 	PreventCommandDuringRecovery(func);
+	lockfence_failover_guard();
 }
 
 /* The (token, expires_at) record of a granted lease. */
@@ -714,6 +716,7 @@ lease_token_args(FunctionCallInfo fcinfo, const char *func, char **name,
 	lockfence_validate_token(*token);
 	PreventCommandIfReadOnly(func);
 	PreventCommandDuringRecovery(func);
+	lockfence_failover_guard();
 }
 
 /*

@@ -24,6 +24,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "failover_guard.h"
 #include "lease.h"
 #include "lockfence.h"
 
@@ -134,7 +135,9 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 			return LEASE_HELD;
 		if (row != NULL && row->token == PG_INT64_MAX)
 			return LEASE_TOKENS_EXHAUSTED;
-		newrow->token = row != NULL ? row->token + 1 : 1;
+		/* A new name starts above the failover floor (0 when none). */
+		newrow->token = row != NULL ? row->token + 1 :
+			lockfence_failover_floor() + 1;
 		newrow->accepted_at = now;
 		newrow->holder = (char *) holder;
 		newrow->leased = true;

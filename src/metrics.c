@@ -37,6 +37,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "failover_guard.h"
 #include "metrics.h"
 
 PG_FUNCTION_INFO_V1(lockfence_read_metrics);
@@ -664,6 +665,15 @@ lockfence_read_metrics(PG_FUNCTION_ARGS)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 	row[0] = CStringGetTextDatum("rejection_resources_tracked");
 	row[1] = Int64GetDatum(ntracked);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+
+	/*
+	 * A gauge of this database, not of the cluster: 1 while fenced writes
+	 * and lease operations are refused because the server was promoted (or
+	 * the database restored) and the floor was not raised (LF004).
+	 */
+	row[0] = CStringGetTextDatum("floor_required");
+	row[1] = Int64GetDatum(lockfence_failover_floor_required() ? 1 : 0);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
 
 	return (Datum) 0;

@@ -163,6 +163,12 @@ $target->safe_psql('postgres', 'CREATE DATABASE dst');
 $target->command_ok(
 	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', 'dst', '-f', $plain ],
 	'plain dump restored into a new cluster');
+# Another server: fenced writes are refused (LF004) until an operator
+# raises the floor or accepts the restore (issue 23).
+like(($target->psql('dst', "\\set VERBOSITY verbose\nSELECT lockfence.fence('shop', 20)"))[2],
+	qr/ERROR:  LF004: the fences of this database were written by another server/,
+	'new cluster: fences refused until the restore is accepted');
+$target->safe_psql('dst', 'SELECT lockfence.accept_promotion()');
 check_copy($target, 'dst', 'new cluster');
 
 # 3. A table whose lockfence trigger names a dropped column (issue 17,

@@ -79,7 +79,7 @@ is_deeply(
 		  rejection_resources_evicted_total fence_rejected_total
 		  rejection_resources_tracked fence_rejected_lease_lost_total
 		  lease_acquire_total lease_acquire_error_total
-		  lease_expired_taken_over_total)
+		  lease_expired_taken_over_total floor_required)
 	],
 	'lockfence.metrics lists every counter');
 is(scalar(grep { $_ != 0 } values %$c), 0, 'all counters start at zero');
@@ -213,7 +213,7 @@ is(counters()->{fence_rejected_total}, $c->{fence_rejected_total},
 	'a refused reset changes nothing');
 is($node->safe_psql('postgres',
 		'SELECT count(*) FROM lockfence.metrics', extra_params => [ '-U', 'app' ]),
-	'14', 'PUBLIC may read the metrics');
+	'15', 'PUBLIC may read the metrics');
 
 $node->safe_psql('postgres', 'SELECT lockfence.reset_metrics()');
 $c = counters();

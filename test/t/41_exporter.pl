@@ -41,7 +41,8 @@ is_deeply(
 	[
 		sort qw(lock_acquire_duration lock_acquire_error lock_hold_duration
 		  lock_fence_rejected proceeded_without_lock lock_fence_accepted
-		  lock_fence_missing_token lock_acquire lock_expired_taken_over)
+		  lock_fence_missing_token lock_acquire lock_expired_taken_over
+		  lock_floor)
 	],
 	'the YAML defines the expected queries');
 
@@ -221,7 +222,8 @@ SKIP:
 		'lock_acquire_duration_seconds_count{kind="lease"}' => 3,
 		'lock_hold_duration_seconds_bucket{kind="lease",le="3600"}' => 2,
 		'lock_hold_duration_seconds_bucket{kind="lease",le="+Inf"}' => 2,
-		'lock_hold_duration_seconds_count{kind="lease"}' => 2);
+		'lock_hold_duration_seconds_count{kind="lease"}' => 2,
+		'lock_floor_required{}' => 0);
 	foreach my $k (sort keys %want)
 	{
 		is($s{$k}, $want{$k}, "exporter: $k");

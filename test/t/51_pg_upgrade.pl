@@ -217,6 +217,14 @@ sub sqlstate
 	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : '';
 }
 
+# pg_upgrade makes a new cluster (a new system identifier): fenced writes
+# are refused (LF004) until an operator accepts it or raises the floor.
+is(sqlstate("SELECT lockfence.fence('ledger', 43, 'w5')"), 'LF004',
+	'after pg_upgrade, fenced writes are refused until accepted');
+is($new->safe_psql('postgres', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	't', 'floor_status() says so');
+$new->safe_psql('postgres', 'SELECT lockfence.accept_promotion()');
+
 is(sqlstate("SELECT lockfence.fence('ledger', 41)"), 'LF001',
 	'a stale token is rejected by fence()');
 is(sqlstate("UPDATE accounts SET balance = 0, fence_token = 10 WHERE id = 1"),

@@ -2,8 +2,9 @@
 # Leases where advisory locks break:
 #
 # - a synchronous standby promoted after the primary crashed has the lease
-#   (same token, same expiry): its holder renews, fences and releases it
-#   there, and the next grant is higher;
+#   (same token, same expiry): once the promotion is accepted
+#   (lockfence.accept_promotion(); refused with LF004 before), its holder
+#   renews, fences and releases it there, and the next grant is higher;
 # - through pgbouncer in transaction pooling, where clients share server
 #   connections: a lease belongs to its token, not to a backend, so a
 #   second client on the same server connection does not get it (an
@@ -51,6 +52,13 @@ like($err, qr/read-only|recovery/, 'a standby grants nothing');
 
 $primary->stop('immediate');
 $standby->promote;
+
+# Every promotion is refused (LF004) until accepted or floored; this one
+# was synchronous, so it lost nothing: the operator accepts it.
+($ret, $out, $err) = $standby->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT lockfence.lease_renew('leader', 1)");
+like($err, qr/LF004/, 'right after the promotion, lease_renew is refused (LF004)');
+$standby->safe_psql('postgres', 'SELECT lockfence.accept_promotion()');
 
 is($standby->safe_psql('postgres',
 	"SELECT lease_expires_at FROM lockfence.fences WHERE resource = 'leader'"),

@@ -16,7 +16,10 @@
 # discarded, as WAL never sent would be), so the advances are lost.  Patroni
 # promotes the standby, the callback raises the fences, and afterwards no
 # token rejected before the failover is accepted, by fence(), try_fence()
-# or a protected INSERT; a lock acquired afterwards works.
+# or a protected INSERT; a lock acquired afterwards works.  Writers present
+# superseded tokens continuously from the kill until the floor: the
+# promoted server refuses them with LF004 until the callback ran (0
+# accepted).
 
 use strict;
 use warnings;
@@ -327,9 +330,46 @@ note("killed node1: Patroni $n1->{pid}, postmaster $pm1, children @pm1_children"
 kill 'KILL', $walreceiver;
 my $t_kill = time;
 
+# Writers with superseded tokens, continuously from the kill until the
+# callback raised the floor: fence(), try_fence() and a protected INSERT,
+# each in its own connection (as a read-write connection string would
+# reach whichever node is writable).  Before the promotion node2 refuses
+# them as a standby (25006) or is restarting; from the promotion on it
+# refuses them with LF004 (issue 23: no window before the floor); once the
+# floor is raised, with LF001.  None may succeed.
+my ($last_orders_sup) = map { $_->[1] } grep { $_->[0] eq 'orders' } reverse @rejected;
+my %window;
+my ($window_accepted, $t_promoted, $t_first_floor) = (0, undef, undef);
+my $stop_at = time + 180;
+for (my $i = 0; time < $stop_at; $i++)
+{
+	my ($r, $t) = @{ $rejected[ $i % @rejected ] };
+	my $sql = ("SELECT lockfence.fence('$r', $t)",
+		"SELECT CASE WHEN lockfence.try_fence('$r', $t) THEN 'accepted' ELSE 'refused' END",
+		"INSERT INTO orders (token) VALUES ($last_orders_sup)")[ $i % 3 ];
+	my ($ok, $out, $err, $state) = psql_at($n2, $sql);
+	my $what = $ok ? ($out eq 'refused' ? 'LF001' : 'accepted') : ($state || 'no answer');
+	$window{$what}++;
+	$window_accepted++ if $what eq 'accepted';
+	$t_promoted //= time if $what eq 'LF004' || $what eq 'LF001' || $what eq 'accepted';
+	if ($what eq 'LF001')
+	{
+		$t_first_floor = time;
+		last;
+	}
+	usleep(20_000) unless $state eq 'LF004';
+}
+note('superseded-token writes through the failover: '
+	  . join(', ', map { "$_=$window{$_}" } sort keys %window));
+is($window_accepted, 0,
+	'no superseded-token write accepted from the kill until the floor (fence, try_fence, INSERT)');
+ok(defined $t_first_floor, 'the writers met the floor (LF001) within 180 s');
+note(sprintf('node2 writable %.1f s after the kill; the floor rejected writers %.2f s after that',
+	($t_promoted // time) - $t_kill, ($t_first_floor // time) - ($t_promoted // time)));
+
 wait_for('Patroni promotes node2', 120, sub { in_recovery($n2) eq 'f' })
   or BAIL_OUT('no promotion');
-my $t_promoted = time;
+$t_promoted //= time;
 note(sprintf('node2 promoted %.1f s after the kill', $t_promoted - $t_kill));
 # How long writers could reach the new primary before the floor (the
 # window the documentation mentions), as seen by a client.

@@ -6,9 +6,11 @@
 #	  admitting writers (the callback script with a numeric floor).
 #
 # Tokens come from a lock service other than etcd (plain numbers here), so
-# the operator gives the floor.  Also: a resource whose fence row the
-# failover lost entirely is only covered when named; the floor functions
-# refuse to run on a standby (25006).
+# the operator gives the floor.  Also: fences are refused (LF004) from the
+# promotion on; a floor for a list of resources keeps that refusal (the
+# operator then accepts the promotion); a resource whose fence row the
+# failover lost entirely is covered when named; the floor functions refuse
+# to run on a standby (25006).
 
 use strict;
 use warnings;
@@ -98,9 +100,15 @@ is($standby->safe_psql('postgres', "SELECT lockfence.current_token('r1')"),
 is($standby->safe_psql('postgres', "SELECT lockfence.current_token('fresh')"),
 	'', 'the failover lost the fence of fresh entirely');
 
-# Raising only the existing fences leaves a lost resource open; naming it
-# closes it.  The operator's floor: above every token issued before.
-$standby->safe_psql('postgres', "SELECT lockfence.fence('other-service', 7)");
+# From the promotion on, every fence is refused until the floor is raised
+# (LF004), honest tokens of another lock service included.
+my ($out, $state) = try_sql($standby, "SELECT lockfence.fence('other-service', 7)");
+is($state, 'LF004', 'right after the promotion a fence is refused (LF004)');
+($out, $state) = try_sql($standby, "SELECT lockfence.fence('fresh', 40)");
+is($state, 'LF004', '... a superseded token of a lost resource too');
+
+# The operator's floor for the named resources (above every token issued
+# before), creating a fence for the one the failover lost entirely.
 my ($cout, $cerr) = ('', '');
 my $ok = IPC::Run::run(
 	[ 'env', 'PGHOST=' . $standby->host, 'PGPORT=' . $standby->port,
@@ -110,9 +118,16 @@ my $ok = IPC::Run::run(
 ok($ok, 'callback with an operator floor succeeds');
 like($cerr, qr/database "postgres": floor=100 raised=3/,
 	'... raising r1, r2 and creating fresh, and says so');
+like($cerr, qr/stay refused \(LF004\)/,
+	'... and that fenced writes stay refused: names only do not cover every name');
 note($cerr);
+($out, $state) = try_sql($standby, "SELECT lockfence.fence('r1', 100)");
+is($state, 'LF004', 'a floor for named resources only keeps the refusal');
+# The other service's resources need no floor (say): the operator accepts.
+$standby->safe_psql('postgres', 'SELECT lockfence.accept_promotion()');
+$standby->safe_psql('postgres', "SELECT lockfence.fence('other-service', 7)");
 is($standby->safe_psql('postgres', "SELECT lockfence.current_token('other-service')"),
-	'7', 'a resource not listed in LOCKFENCE_RESOURCES is left alone');
+	'7', 'after accept_promotion(), a resource not listed in LOCKFENCE_RESOURCES is left alone');
 
 my $accepted = 0;
 for my $rt (@rejected)
@@ -122,7 +137,7 @@ for my $rt (@rejected)
 	$accepted++ unless $state eq 'LF001';
 }
 is($accepted, 0, scalar(@rejected) . ' tokens rejected before the failover are rejected after it');
-my ($out, $state) = try_sql($standby, "SELECT lockfence.fence('r1', 99)");
+($out, $state) = try_sql($standby, "SELECT lockfence.fence('r1', 99)");
 is($state, 'LF001', 'a token just below the floor is rejected');
 is($standby->safe_psql('postgres', "SELECT lockfence.fence('r1', 100, 'new holder')"),
 	'100', 'the floor itself is accepted, from any holder');

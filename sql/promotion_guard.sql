@@ -1,0 +1,63 @@
+-- The failover guard without a promotion (issue 23): what a fresh
+-- installation records, the global floor for names without a row, who may
+-- accept a promotion.  Promotions, restores and LF004 are in TAP
+-- 88_promotion_guard.pl.  In a database of its own: the global floor
+-- stays in force, and must not reach the other tests.
+CREATE DATABASE lockfence_promotion_guard;
+\c lockfence_promotion_guard
+SET client_min_messages = warning;
+CREATE EXTENSION lockfence;
+RESET client_min_messages;
+
+-- a new installation records this server's identity: nothing refused
+SELECT recorded_system_identifier = system_identifier AS same_system,
+       recorded_timeline = timeline AS same_timeline,
+       floor, in_recovery, writes_refused
+  FROM lockfence.floor_status();
+SELECT (SELECT system_identifier FROM pg_control_system()) =
+       (SELECT system_identifier FROM lockfence.floor_identity()) AS sysid_matches;
+SELECT count(*) FROM lockfence.floor_state;
+
+-- a floor for named resources sets no global floor
+SELECT lockfence.raise_floor(100, ARRAY['named']);
+SELECT floor FROM lockfence.floor_status();
+SELECT lockfence.fence('unnamed', 5);
+
+-- a floor for every name: the fence of every resource without a row
+SELECT lockfence.raise_floor(1000);
+SELECT floor, writes_refused FROM lockfence.floor_status();
+SELECT count(*) FROM lockfence.floor_state;
+\set VERBOSITY terse
+SELECT lockfence.fence('rowless', 999);
+SELECT lockfence.try_fence('rowless', 999);
+SELECT lockfence.fence(ARRAY['rowless', 'rowless2'], 999);
+\set VERBOSITY default
+SELECT lockfence.fence('rowless', 1000, 'h');
+SELECT lockfence.fence('rowless3', 5000);
+-- a lease on a name without a row starts above the floor
+SELECT token FROM lockfence.lease_acquire('lease-new', '1 min');
+-- names that had a row keep theirs (raised to the floor)
+SELECT resource, token FROM lockfence.fences ORDER BY resource;
+
+-- a lower floor lowers nothing
+SELECT lockfence.raise_floor(10);
+SELECT floor FROM lockfence.floor_status();
+
+-- accept_promotion keeps the floor; operators only
+SELECT lockfence.accept_promotion();
+CREATE ROLE lockfence_guard_app;
+SET ROLE lockfence_guard_app;
+SELECT lockfence.accept_promotion();
+SELECT writes_refused FROM lockfence.floor_status();
+RESET ROLE;
+DROP ROLE lockfence_guard_app;
+
+-- the state is dumped with the fences and not written by anyone else
+SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS t(oid)
+  JOIN pg_class c ON c.oid = t.oid WHERE e.extname = 'lockfence' ORDER BY 1;
+SELECT has_table_privilege('public', 'lockfence.floor_state', 'INSERT'),
+       has_table_privilege('public', 'lockfence.floor_state', 'SELECT'),
+       has_function_privilege('public', 'lockfence.floor_record(bigint)', 'EXECUTE');
+
+\c contrib_regression
+DROP DATABASE lockfence_promotion_guard;

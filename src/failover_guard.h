@@ -1,0 +1,48 @@
+/*-------------------------------------------------------------------------
+ *
+ * failover_guard.h
+ *	  Fail closed after a promotion until the fence floor is raised
+ *	  (failover_guard.c).
+ *
+ * IDENTIFICATION
+ *	  src/failover_guard.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOCKFENCE_FAILOVER_GUARD_H
+#define LOCKFENCE_FAILOVER_GUARD_H
+
+#include "lockfence.h"
+
+/*
+ * A fenced write or lease operation on a server whose fences were recorded
+ * by another server or timeline (a promoted standby, a restored backup or
+ * dump, pg_upgrade) before the floor was raised or the promotion accepted.
+ */
+#define ERRCODE_LOCKFENCE_FLOOR_REQUIRED	MAKE_SQLSTATE('L','F','0','0','4')
+
+/*
+ * Raise LF004 unless this server may write fences: not promoted since the
+ * fences were recorded, or the floor raised since.  Does nothing during
+ * recovery (nothing can be written there).  Costs two comparisons in the
+ * steady state.
+ */
+extern void lockfence_failover_guard(void);
+
+/*
+ * The global fence floor (0: none): the fence of every resource that has
+ * no row.
+ */
+extern int64 lockfence_failover_floor(void);
+
+/*
+ * For a resource without a fence row: true, with a stale verdict in
+ * *outcome, when token is below the global floor.
+ */
+extern bool lockfence_failover_floor_rejects(int64 token,
+											 FenceOutcome *outcome);
+
+/* Is a fenced write refused now (for the floor_required metric)? */
+extern bool lockfence_failover_floor_required(void);
+
+#endif							/* LOCKFENCE_FAILOVER_GUARD_H */
