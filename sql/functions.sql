@@ -179,7 +179,8 @@ SELECT lockfence.etcd_lock_and_fence('n', NULL);
 SELECT c.relname, e.extcondition
   FROM pg_extension e, unnest(e.extconfig) AS cfg(oid)
   JOIN pg_class c ON c.oid = cfg.oid
- WHERE e.extname = 'lockfence';
+ WHERE e.extname = 'lockfence'
+ ORDER BY 1;
 
 SELECT lockfence.revoke_usage('lockfence_app');
 DROP ROLE lockfence_app;
