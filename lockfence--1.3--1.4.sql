@@ -648,9 +648,3 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION lockfence.fences_table_problem() IS
     'What differs between lockfence.fences and the table as installed, NULL if nothing';
-           holder = NULL
-     WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
-    GET DIAGNOSTICS raised = ROW_COUNT;
-    RETURN raised;
-END
-$$;
