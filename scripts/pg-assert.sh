@@ -31,7 +31,7 @@ set -euo pipefail
 PG_ASSERT_CACHE=${LOCKFENCE_PG_ASSERT_CACHE:-/var/cache/lockfence-pg-assert}
 PG_ASSERT_JOBS=${PG_ASSERT_JOBS:-2}
 # Bump when the recipe below changes in a way the hash cannot see.
-PG_ASSERT_RECIPE_REV=1
+PG_ASSERT_RECIPE_REV=2
 # contrib modules lockfence's tests create (sql/, test/t/).
 PG_ASSERT_CONTRIB="hstore amcheck"
 
@@ -108,6 +108,22 @@ pg_assert_fetch_source() {
 		{ pg_assert_say "apt-get source postgresql-15=$v failed, see $dir/apt-source.log"; return 1; }
 }
 
+# Debian's patch 50-per-version-dirs hard-codes pkglibdir (and so pgxs,
+# the extension libraries, the regression drivers) to
+# /usr/lib/postgresql/15/lib, whatever --prefix says: an install would
+# overwrite the packaged server's files.  It is reverted; Debian's other
+# patches stay.
+pg_assert_unpatch_paths() {
+	local src=$1 p=debian/patches/50-per-version-dirs.patch
+	[ -f "$src/$p" ] || return 0
+	(cd "$src" && patch -R -p1 -s <"$p") ||
+		{ pg_assert_say "cannot revert $p"; return 1; }
+	if grep -q '/usr/lib/postgresql' "$src/src/Makefile.global.in"; then
+		pg_assert_say "src/Makefile.global.in still names /usr/lib/postgresql"
+		return 1
+	fi
+}
+
 pg_assert_srcdir() {
 	local d
 	d=$(pg_assert_dir) || return 1
@@ -136,6 +152,7 @@ pg_assert_build() {
 	mkdir -p "$dir"
 	pg_assert_fetch_source "$dir" "$v" || return 1
 	src=$(pg_assert_srcdir) || { pg_assert_say "no source tree after apt-get source"; return 1; }
+	pg_assert_unpatch_paths "$src" || return 1
 	prefix="$dir/install"
 	# shellcheck disable=SC2046
 	(cd "$src" &&
@@ -143,17 +160,35 @@ pg_assert_build() {
 			CFLAGS="$(pg_assert_cflags)" CPPFLAGS="$(pg_assert_cppflags)" &&
 		nice -n 10 make -j"$PG_ASSERT_JOBS" -s) >"$dir/build.log" 2>&1 ||
 		{ pg_assert_say "build failed, see $dir/build.log"; tail -20 "$dir/build.log" >&2; return 1; }
+	# Installed into a stage first (DESTDIR): nothing may land outside the
+	# prefix, which is checked before the stage is moved into place.
+	local stage="$dir/stage"
+	rm -rf "$stage"
 	(cd "$src" &&
-		make -j"$PG_ASSERT_JOBS" -s install &&
-		for c in $PG_ASSERT_CONTRIB; do make -s -C "contrib/$c" install || exit 1; done &&
-		make -s -C src/test/isolation install &&
-		make -s -C src/test/regress install &&
-		make -s -C src/test/perl install) \
+		make -j"$PG_ASSERT_JOBS" -s install DESTDIR="$stage" &&
+		for c in $PG_ASSERT_CONTRIB; do make -s -C "contrib/$c" install DESTDIR="$stage" || exit 1; done &&
+		make -s -C src/test/isolation install DESTDIR="$stage" &&
+		make -s -C src/test/regress install DESTDIR="$stage" &&
+		make -s -C src/test/perl install DESTDIR="$stage") \
 		>>"$dir/install.log" 2>&1 ||
 		{ pg_assert_say "install failed, see $dir/install.log"; tail -20 "$dir/install.log" >&2; return 1; }
-	# pg_regress and isolationtester are found by PGXS under lib/pgxs.
-	[ -x "$prefix/lib/pgxs/src/test/regress/pg_regress" ] &&
-		[ -x "$prefix/lib/pgxs/src/test/isolation/pg_isolation_regress" ] ||
+	local stray
+	stray=$(cd "$stage" && find . -mindepth 1 -maxdepth 20 -not -type d | grep -v -F "./${prefix#/}/" | head -5)
+	if [ -n "$stray" ]; then
+		pg_assert_say "the install put files outside $prefix (not installed): $stray"
+		return 1
+	fi
+	rm -rf "$prefix"
+	mv "$stage/${prefix#/}" "$prefix" && rm -rf "$stage"
+	# pg_regress and isolationtester are found by PGXS next to pgxs.mk.
+	local pgxs
+	pgxs=$(dirname "$("$prefix/bin/pg_config" --pgxs)")/../..
+	case $("$prefix/bin/pg_config" --pkglibdir) in
+	"$prefix"/*) ;;
+	*) pg_assert_say "pkglibdir is outside $prefix"; return 1 ;;
+	esac
+	[ -x "$pgxs/src/test/regress/pg_regress" ] &&
+		[ -x "$pgxs/src/test/isolation/pg_isolation_regress" ] ||
 		{ pg_assert_say "pg_regress or pg_isolation_regress missing after install"; return 1; }
 	"$prefix/bin/pg_config" --configure | grep -q -- --enable-cassert ||
 		{ pg_assert_say "built server lacks --enable-cassert"; return 1; }
