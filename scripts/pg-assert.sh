@@ -261,7 +261,7 @@ pg_assert_valgrind() {
 				[ -s "$f" ] && head -100 "$f" >&2; done; }
 	done
 	# Errors, and those of them whose stack passes through lockfence.
-	vgerr=$(cat "$work"/vg/*.log 2>/dev/null | grep -c VALGRINDERROR-BEGIN)
+	vgerr=$(cat "$work"/vg/*.log 2>/dev/null | grep -c VALGRINDERROR-BEGIN || true)
 	lf=$(awk '/VALGRINDERROR-BEGIN/ { e = ""; inerr = 1 }
 		inerr { e = e $0 "\n" }
 		/VALGRINDERROR-END/ { inerr = 0; if (e ~ /lockfence\.so|\/src\/[a-z_]+\.c:|\((fence|lease|etcd|metrics|check|subxact|lockfence)[a-z_]*\.c:/) { n++; printf "%s", e > "/dev/stderr" } }
