@@ -27,6 +27,13 @@ packages=(
 	patroni python3-etcd
 	openssl
 	pgbouncer
+	# the assert-enabled PostgreSQL of scripts/pg-assert.sh: apt-get source
+	# (dpkg-dev) and PostgreSQL's build needs; valgrind for its
+	# memcheck.h (USE_VALGRIND) and the valgrind suite
+	dpkg-dev bison flex libreadline-dev zlib1g-dev perl valgrind
+	# the fuzzers (fuzz/run.sh): clang and libFuzzer with its sanitizer
+	# runtimes (-fsanitize=fuzzer needs libclang-rt-14-dev on Debian 12)
+	clang libclang-rt-14-dev
 )
 
 installed() {

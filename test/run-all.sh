@@ -2,9 +2,14 @@
 # run-all.sh: build lockfence and run every test suite on every tested
 # PostgreSQL major, as root on Debian 12.
 #
-# The matrix (PG_MAJORS, default "15 17 18"):
+# The matrix (PG_MAJORS, default "15 15-assert 17 18"):
 #   15      the machine's own PostgreSQL (Debian 12), dependencies installed
 #           by scripts/install-deps.sh;
+#   15-assert  the same release built from Debian's source package with
+#           --enable-cassert (Assert, CLOBBER_FREED_MEMORY, memory context
+#           checks) and Valgrind support, by scripts/pg-assert.sh (built
+#           once, kept in /var/cache/lockfence-pg-assert): regress,
+#           isolation and TAP run on it as on 15;
 #   17, 18  inside a Debian chroot (trixie with PostgreSQL 17, plus 18 from
 #           sid) that scripts/chroot.sh builds with debootstrap from this
 #           machine's apt mirror and caches in /var/cache/lockfence-chroots
@@ -19,13 +24,26 @@
 # extension, which the other suites already cover on every major.  In the
 # chroot, pg_upgrade from 17 to 18 is tested too (test/t/51_pg_upgrade.pl).
 #
-# Prints one "N passed, N failed" line over all suites and majors, last,
-# and exits non-zero if any suite failed.  Everything it mounted or started
+# After every suite, the server logs it left are searched for a failed
+# Assert ("TRAP:") or a backend killed by a signal: either fails the suite,
+# whatever the tests themselves concluded.
+#
+# On the host only, once, not per major:
+#   fuzz      the libFuzzer harnesses of fuzz/ (fuzz/run.sh, FUZZ_SECONDS
+#             each, default 30)
+#   valgrind  pg_regress and the isolation specs under Valgrind memcheck on
+#             the 15-assert build (not in the default SUITES: it takes long;
+#             see docs/testing.md)
+#
+# Prints one "N passed, N failed" line over all suites and majors, last
+# (", N skipped" appended when a suite could not run, saying why), and
+# exits non-zero if any suite failed.  Everything it mounted or started
 # is unmounted and stopped when it exits, also on failure or interrupt.
 #
 # For quick iterations:
-#   PG_MAJORS="17"                only these majors (of 15 17 18)
-#   SUITES="regress tap"          only these of: regress isolation tap demo history
+#   PG_MAJORS="17"                only these majors (of 15 15-assert 17 18)
+#   SUITES="regress tap"          only these of: regress isolation tap demo
+#                                 history fuzz valgrind
 #   PROVE_TESTS="test/t/20_*.pl"  only these TAP files
 #   PG_CONFIG=/path/to/pg_config  another PostgreSQL installation for the
 #                                 host major; given alone (without
@@ -41,7 +59,9 @@ fi
 
 passed=0
 failed=0
+skipped=0
 failures=()
+skips=()
 
 # Inside the chroot, each suite's outcome also goes to this file, which
 # the run outside reads to count it.
@@ -51,6 +71,9 @@ record() {
 	local outcome=$1 name=$2
 	if [ "$outcome" = passed ]; then
 		passed=$((passed + 1))
+	elif [ "$outcome" = skipped ]; then
+		skipped=$((skipped + 1))
+		skips+=("$name")
 	else
 		failed=$((failed + 1))
 		failures+=("$name")
@@ -72,7 +95,13 @@ suite() {
 	fi
 }
 
-SUITES=${SUITES:-regress isolation tap demo history}
+# skip NAME REASON: a suite that cannot run here, counted apart.
+skip() {
+	echo "=== $1: SKIPPED ($2)"
+	record skipped "$1 ($2)"
+}
+
+SUITES=${SUITES:-regress isolation tap demo history fuzz}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 
 work=
@@ -117,12 +146,31 @@ run_major() {
 		done
 		return 1
 	}
-	regress() { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; }
-	isolation() { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; }
+	# A failed Assert or a crashed backend fails the suite even when the
+	# tests passed (a crash in a session the test does not look at, in a
+	# background worker, at backend exit): the server logs of the run are
+	# searched for it.  SIGKILL (signal 9) is left out: the crash tests
+	# (01, 12, 40) kill backends with it on purpose.  Lines already
+	# reported by an earlier suite of this major are not counted again.
+	crash_seen=$work.crashes
+	: >"$crash_seen"
+	no_crash() {
+		local found
+		found=$(grep -r -H -a -e 'TRAP: ' -e 'terminated by signal' \
+			--include='*.log' --include='postmaster.log*' "$work" 2>/dev/null |
+			grep -v -e 'terminated by signal 9:' | grep -v -F -x -f "$crash_seen")
+		[ -z "$found" ] && return 0
+		echo "--- server logs report a failed Assert or a crashed process:"
+		echo "$found" | head -40
+		echo "$found" >>"$crash_seen"
+		return 1
+	}
+	regress() { { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; } && no_crash; }
+	isolation() { { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; } && no_crash; }
 	tap() {
-		as_postgres_make installcheck REGRESS= ISOLATION= \
+		{ as_postgres_make installcheck REGRESS= ISOLATION= \
 			PROVE_FLAGS='-I test/perl --timer' ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} ||
-			show_diffs
+			show_diffs; } && no_crash
 	}
 
 	echo "##### PostgreSQL $label: $("$pgc" --version)"
@@ -142,6 +190,7 @@ run_major() {
 		fi
 	fi
 	cleanup_work
+	rm -f "$crash_seen"
 	echo "##### PostgreSQL $label: $((failed - before)) suite(s) failed"
 }
 
@@ -196,7 +245,7 @@ if [ -z "${PG_MAJORS:-}" ]; then
 	if [ -n "${PG_CONFIG:-}" ]; then
 		PG_MAJORS=$host_major
 	else
-		PG_MAJORS="15 17 18"
+		PG_MAJORS="15 15-assert 17 18"
 	fi
 fi
 
@@ -225,10 +274,20 @@ for m in $PG_MAJORS; do
 		else
 			suite "[$m] dependencies (scripts/install-deps.sh)" false
 		fi
+	elif [ "$m" = "$host_major-assert" ]; then
+		# Every TAP file runs here too: the deployment suites find the
+		# server through pg_config on PATH, which is the assert build's.
+		if ! "$repo/scripts/install-deps.sh"; then
+			suite "[$m] dependencies (scripts/install-deps.sh)" false
+		elif ! "$repo/scripts/pg-assert.sh" build; then
+			suite "[$m] assert-enabled build (scripts/pg-assert.sh)" false
+		else
+			run_major "$m" "$("$repo/scripts/pg-assert.sh" path)"
+		fi
 	elif [[ " $CHROOT_MAJORS " == *" $m "* ]]; then
 		chroot_majors+=("$m")
 	else
-		echo "run-all.sh: PostgreSQL $m is not in the matrix (15 $CHROOT_MAJORS)" >&2
+		echo "run-all.sh: PostgreSQL $m is not in the matrix (15 15-assert $CHROOT_MAJORS)" >&2
 		suite "[$m] PostgreSQL $m available" false
 	fi
 done
@@ -257,7 +316,27 @@ if [ ${#chroot_majors[@]} -gt 0 ]; then
 	fi
 fi
 
+# ---------------------------------------------------------------------------
+# Host-only suites, once.
+# ---------------------------------------------------------------------------
+if wanted fuzz; then
+	if "$repo/fuzz/run.sh" check >/dev/null 2>&1; then
+		suite "[host] fuzzers (fuzz/run.sh, ${FUZZ_SECONDS:-30} s each)" "$repo/fuzz/run.sh"
+	else
+		skip "[host] fuzzers" "$("$repo/fuzz/run.sh" check 2>&1 | tail -1)"
+	fi
+fi
+if wanted valgrind; then
+	suite "[host] Valgrind memcheck on 15-assert (scripts/pg-assert.sh valgrind)" \
+		"$repo/scripts/pg-assert.sh" valgrind
+fi
+
 echo
 [ $failed -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
-echo "$passed passed, $failed failed"
+[ $skipped -gt 0 ] && printf 'skipped: %s\n' "${skips[@]}"
+if [ $skipped -gt 0 ]; then
+	echo "$passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed"
+fi
 [ $failed -eq 0 ]
