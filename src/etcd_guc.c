@@ -103,6 +103,13 @@ check_endpoint(const char *ep)
 			return false;
 		}
 	}
+	/* A host must follow the scheme: "http://" alone would become "http:". */
+	p = strstr(ep, "://") + 3;
+	if (*p == '\0' || *p == '/')
+	{
+		GUC_check_errdetail("Endpoint \"%s\" names no host.", ep);
+		return false;
+	}
 	return true;
 }
 

@@ -167,9 +167,19 @@ run_major() {
 	}
 	regress() { { as_postgres_make installcheck ISOLATION= TAP_TESTS= || show_diffs; } && no_crash; }
 	isolation() { { as_postgres_make installcheck REGRESS= TAP_TESTS= || show_diffs; } && no_crash; }
+	# On the assert build, unless PROVE_TESTS says otherwise: the TAP
+	# files that drive lockfence's C paths (fast paths, the transaction's
+	# cache, leases, the etcd client, commit and abort callbacks, crash
+	# and promotion); the deployment suites test other programs against
+	# the extension and gain nothing from assertions (see docs/testing.md).
+	local prove_tests=${PROVE_TESTS:-}
+	if [ -z "$prove_tests" ] && [ "$label" = "$host_major-assert" ] &&
+		[ -z "${ASSERT_ALL_TAP:-}" ]; then
+		prove_tests=$ASSERT_PROVE_TESTS
+	fi
 	tap() {
 		{ as_postgres_make installcheck REGRESS= ISOLATION= \
-			PROVE_FLAGS='-I test/perl --timer' ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"} ||
+			PROVE_FLAGS='-I test/perl --timer' ${prove_tests:+PROVE_TESTS="$prove_tests"} ||
 			show_diffs; } && no_crash
 	}
 
@@ -195,6 +205,17 @@ run_major() {
 }
 
 ORIG_PATH=$PATH
+host_major=15
+
+# The TAP files run on 15-assert (ASSERT_ALL_TAP=1: every file).
+ASSERT_PROVE_TESTS="test/t/01_crash_recovery.pl test/t/03_row_token_load_time.pl
+	test/t/08_multi_fence_stress.pl test/t/10_etcd_basic.pl
+	test/t/16_etcd_xact_scope.pl test/t/17_etcd_commit_check.pl
+	test/t/24_etcd_malformed_replies.pl test/t/63_etcd_lock_many.pl
+	test/t/64_etcd_commit_faults.pl test/t/70_leases.pl
+	test/t/72_lease_client_gone.pl test/t/81_check.pl
+	test/t/87_floor_ends_leases.pl test/t/88_promotion_guard.pl"
+ASSERT_PROVE_TESTS=$(echo $ASSERT_PROVE_TESTS)
 
 # ---------------------------------------------------------------------------
 # Inside the chroot (started by the run below): the chroot's majors.

@@ -1,0 +1,19 @@
+-- lockfence.etcd_endpoints: every endpoint is an http:// or https:// URL
+-- with a host; a bad list is refused when set, not at the first request.
+CREATE EXTENSION lockfence;
+\set VERBOSITY default
+
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379, https://etcd-2:2379/';
+SHOW lockfence.etcd_endpoints;
+SET lockfence.etcd_endpoints = 'ftp://127.0.0.1:2379';
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379,http://a b';
+SET lockfence.etcd_endpoints = '';
+-- a scheme alone, or with slashes only: no host (found by fuzz_endpoints)
+SET lockfence.etcd_endpoints = 'http://';
+SET lockfence.etcd_endpoints = 'HTTP:///';
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379,https://';
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+-- the setting in force is still the last good one
+SHOW lockfence.etcd_endpoints;
+
+DROP EXTENSION lockfence;
