@@ -57,6 +57,7 @@ $primary->safe_psql(
 	CREATE TABLE ledger (id int PRIMARY KEY, amount int, token bigint);
 	SELECT lockfence.protect('ledger', resource => 'ledger', token_column => 'token');
 	GRANT ALL ON ledger TO app;
+	SELECT lockfence.grant_usage('app');
 	SELECT lockfence.fence('r1', 10), lockfence.fence('r2', 20);
 	INSERT INTO ledger VALUES (1, 100, 5);
 	SELECT token FROM lockfence.lease_acquire('L1', '1 hour', 'old-holder');
