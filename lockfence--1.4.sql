@@ -486,6 +486,18 @@ BEGIN
             -- off) recreates the trigger as it was, even a broken one: it
             -- refuses every write, as it did in the source, where the table
             -- without it would accept any.  lockfence.check() reports it.
+            -- Not a trigger of the wrong shape (a WHEN condition, a column
+            -- list, not BEFORE, an event missing, a statement trigger other
+            -- than TRUNCATE): it would not fire for some writes, and no
+            -- source could have had it (it was refused there).
+            IF NOT EXISTS (
+                SELECT FROM pg_catalog.pg_trigger t
+                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
+                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
+                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
+                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
+                PERFORM lockfence.check_trigger(tg);
+            END IF;
             BEGIN
                 PERFORM lockfence.check_trigger(tg);
             EXCEPTION WHEN OTHERS THEN

@@ -164,5 +164,12 @@ SELECT lockfence.lease_release('l', 1);
 SELECT token FROM lockfence.lease_acquire('l', '1 hour', 'h2');
 SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
 
+-- the verdict does not depend on the session's quote_all_identifiers (a
+-- new session, whose first look at the table is made with it on)
+\c
+SET quote_all_identifiers = on;
+SELECT lockfence.fences_table_problem();
+RESET quote_all_identifiers;
+
 DROP FUNCTION outcome(text);
 DROP EXTENSION lockfence;

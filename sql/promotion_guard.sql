@@ -59,5 +59,13 @@ SELECT has_table_privilege('public', 'lockfence.floor_state', 'INSERT'),
        has_table_privilege('public', 'lockfence.floor_state', 'SELECT'),
        has_function_privilege('public', 'lockfence.floor_record(bigint)', 'EXECUTE');
 
+-- a wait_timeout beyond lock_timeout's range (24.8 days) waits unbounded
+SELECT token > 0 AS granted
+  FROM lockfence.lease_acquire('long-wait', '1 min', wait_timeout => '30 days');
+-- a global floor at the top token: a new name's lease cannot be granted
+SELECT lockfence.raise_floor(9223372036854775807);
+SELECT * FROM lockfence.lease_acquire('after-top', '1 min');
+\echo :LAST_ERROR_SQLSTATE
+
 \c contrib_regression
 DROP DATABASE lockfence_promotion_guard;

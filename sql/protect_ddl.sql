@@ -235,8 +235,27 @@ SELECT lockfence.protect('chd', resource_column => 'code');
 SELECT lockfence.protect('chd', resource => 'chd', holder_column => 'who');
 SELECT count(*) FROM pg_trigger WHERE tgrelid IN ('cht'::regclass, 'chd'::regclass);
 
+-- with check_function_bodies off (as in a restore) a broken trigger is
+-- created with a WARNING, but one of the wrong shape is still refused:
+-- it would let some writes through unfenced
+CREATE TABLE rst (id int, token bigint);
+SET check_function_bodies = off;
+CREATE TRIGGER bad_events BEFORE INSERT ON rst
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=rst', 'token_column=token');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER bad_when BEFORE INSERT OR UPDATE OR DELETE ON rst
+    FOR EACH ROW WHEN (false) EXECUTE FUNCTION lockfence.fence_trigger('resource=rst', 'token_column=token');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER bad_cols BEFORE INSERT OR UPDATE OF id OR DELETE ON rst
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=rst', 'token_column=token');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER broken BEFORE INSERT OR UPDATE OR DELETE ON rst
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=rst', 'token_column=nosuch');
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'rst'::regclass ORDER BY 1;
+RESET check_function_bodies;
+
 -- leave the database as the next test expects it
-DROP TABLE gres, ptu, weird, ptu4, idt, idt2, dft, late, lp, ap, ap1, rp, dp, dp1, dp2,
+DROP TABLE rst, gres, ptu, weird, ptu4, idt, idt2, dft, late, lp, ap, ap1, rp, dp, dp1, dp2,
     dq, dq1, at, art, att, cht, chd;
 DROP DOMAIN code8;
 DROP FUNCTION noop();

@@ -55,9 +55,11 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "failover_guard.h"
@@ -87,6 +89,12 @@ static bool guard_refused;
 static FloorState guard_state;
 static Oid	guard_relid = InvalidOid;
 static bool guard_callback_registered = false;
+
+/*
+ * Invalidations of lockfence.floor_state seen so far: a verdict read while
+ * one arrived may be older than it, and is not kept.
+ */
+static uint64 guard_invalidations = 0;
 
 /*
  * This server's identity: its system identifier and the timeline it
@@ -130,6 +138,7 @@ static void
 floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 {
 	FenceStoreState state;
+	SPIPlanPtr	plan;
 	int			rc;
 
 	memset(st, 0, sizeof(*st));
@@ -138,8 +147,19 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 	st->have_table = true;
 
 	fence_store_enter(&state);
-	rc = SPI_execute("SELECT system_identifier, timeline, floor, recorded_at"
-					 " FROM lockfence.floor_state", false, 0);
+
+	/*
+	 * With the latest snapshot, not the transaction's: the verdict is kept
+	 * beyond this transaction, and a floor recorded after a REPEATABLE READ
+	 * transaction began must not be missed (nor cached as missed).
+	 */
+	plan = SPI_prepare("SELECT system_identifier, timeline, floor, recorded_at"
+					   " FROM lockfence.floor_state", 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for lockfence.floor_state: %s",
+			 SPI_result_code_string(SPI_result));
+	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, true, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute failed reading lockfence.floor_state: %s",
 			 SPI_result_code_string(rc));
@@ -179,7 +199,10 @@ static void
 guard_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == guard_relid)
+	{
 		guard_valid = false;
+		guard_invalidations++;
+	}
 }
 
 /*
@@ -190,17 +213,21 @@ guard_relcache_callback(Datum arg, Oid relid)
 static void
 guard_refresh(TimeLineID tli)
 {
+	uint64		seen;
+
 	if (!guard_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(guard_relcache_callback, (Datum) 0);
 		guard_callback_registered = true;
 	}
+	seen = guard_invalidations;
 	guard_valid = false;
 	guard_relid = floor_state_relid();
 	floor_state_read((int64) GetSystemIdentifier(), tli, &guard_state);
 	guard_tli = tli;
 	guard_refused = floor_state_refuses(&guard_state);
-	guard_valid = guard_state.have_table;
+	/* Kept only if no change of the table arrived while it was read. */
+	guard_valid = guard_state.have_table && seen == guard_invalidations;
 }
 
 pg_noreturn static void
@@ -248,15 +275,28 @@ lockfence_failover_guard(void)
 		guard_report(tli);
 }
 
+/*
+ * The global floor, for a resource that has no fence row yet.  Its callers
+ * are about to create that row: the lock taken here (held to the end of
+ * the transaction) makes floor_record(), which takes SHARE ROW EXCLUSIVE,
+ * wait for this transaction, and this one wait for a floor_record() in
+ * progress, so raise_floor()'s UPDATE, a later statement, sees the row,
+ * or this transaction sees the new floor (taking the lock accepts the
+ * invalidation floor_record() sent).
+ */
 int64
 lockfence_failover_floor(void)
 {
 	TimeLineID	tli;
+	Oid			relid;
 
 	if (RecoveryInProgress())
 		return 0;
 	tli = GetWALInsertionTimeLine();
-	if (!(guard_valid && guard_tli == tli))
+	relid = floor_state_relid();
+	if (OidIsValid(relid))
+		LockRelationOid(relid, RowExclusiveLock);
+	if (!(guard_valid && guard_tli == tli && guard_relid == relid))
 		guard_refresh(tli);
 	return guard_state.floor;
 }

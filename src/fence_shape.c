@@ -168,7 +168,7 @@ fence_shape_columns(Relation rel)
 
 /*
  * The deparsed definition of a constraint, independent of the caller's
- * search_path.
+ * search_path and quote_all_identifiers.
  */
 static char *
 fence_shape_constraint_def(Oid conoid)
@@ -177,6 +177,8 @@ fence_shape_constraint_def(Oid conoid)
 	char	   *def;
 
 	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("quote_all_identifiers", "off", PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	def = TextDatumGetCString(DirectFunctionCall1(pg_get_constraintdef,
 												  ObjectIdGetDatum(conoid)));

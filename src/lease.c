@@ -301,7 +301,12 @@ lease_bound_waits(long ms)
 {
 	char		buf[32];
 
-	snprintf(buf, sizeof(buf), "%ld", Max(ms, 1));
+	/* lock_timeout is an int of milliseconds: a longer wait is unbounded. */
+	if (ms >= (long) INT_MAX)
+		ms = 0;
+	else if (ms < 1)
+		ms = 1;
+	snprintf(buf, sizeof(buf), "%ld", ms);
 	(void) NewGUCNestLevel();
 	(void) set_config_option("lock_timeout", buf, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true,
@@ -375,8 +380,10 @@ lease_grant_step(void *arg)
 		if (!step->wait)
 			lease_bound_waits(1);
 		memset(step->prev, 0, sizeof(FenceRow));
-		(void) lease_decide(LEASE_OP_GRANT, NULL, 0, step->holder, step->ttl,
-							GetCurrentTimestamp(), &newrow);
+		/* A new name: granted, unless the failover floor is the top token. */
+		if (lease_decide(LEASE_OP_GRANT, NULL, 0, step->holder, step->ttl,
+						 GetCurrentTimestamp(), &newrow) == LEASE_TOKENS_EXHAUSTED)
+			lease_report_exhausted(step->func, step->name);
 		if (lease_execute(LEASE_INSERT, step->name, &newrow, step->row) == 1)
 		{
 			step->result = LEASE_ATTEMPT_GRANTED;

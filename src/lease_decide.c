@@ -133,11 +133,11 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 	{
 		if (unexpired)
 			return LEASE_HELD;
-		if (row != NULL && row->token == PG_INT64_MAX)
-			return LEASE_TOKENS_EXHAUSTED;
 		/* A new name starts above the failover floor (0 when none). */
-		newrow->token = row != NULL ? row->token + 1 :
-			lockfence_failover_floor() + 1;
+		newrow->token = row != NULL ? row->token : lockfence_failover_floor();
+		if (newrow->token == PG_INT64_MAX)
+			return LEASE_TOKENS_EXHAUSTED;
+		newrow->token++;
 		newrow->accepted_at = now;
 		newrow->holder = (char *) holder;
 		newrow->leased = true;

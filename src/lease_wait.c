@@ -197,6 +197,13 @@ lease_wait_sleep(long timeout_ms)
 		ConditionVariableTimedSleep(&lease_wait_shared->cv[lease_wait_prepared],
 									timeout_ms, PG_WAIT_EXTENSION);
 		lease_wait_check_client();
+
+		/*
+		 * pq_check_connection() resets our latch when it finds it set: a
+		 * release that signalled us since the sleep returned must still
+		 * end the next sleep at once (it re-checks the wake-up list).
+		 */
+		SetLatch(MyLatch);
 		return;
 	}
 
