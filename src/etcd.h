@@ -180,6 +180,21 @@ typedef enum EtcdErrorAction
 	ETCD_ERROR_REAUTH			/* the auth token was dropped: send again */
 } EtcdErrorAction;
 
+/* A waiting call's deadline (etcd_call_deadline_push) */
+typedef struct EtcdCallDeadline
+{
+	TimestampTz at;				/* 0: none */
+	const char *lock_name;		/* for the 55P03 */
+} EtcdCallDeadline;
+
+extern void etcd_call_deadline_push(TimestampTz deadline,
+									const char *lock_name,
+									EtcdCallDeadline *saved);
+extern void etcd_call_deadline_pop(const EtcdCallDeadline *saved);
+extern TimestampTz etcd_call_deadline(void);
+pg_noreturn extern void etcd_call_deadline_report(const char *what,
+												  const char *failure,
+												  const char *endpoint);
 extern int	etcd_endpoint_count(void);
 extern const char *etcd_current_endpoint(void);
 extern void etcd_next_endpoint(void);
@@ -196,6 +211,9 @@ extern const char *etcd_auth_token(bool quiet);
 extern void etcd_forget_auth_token(void);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
+extern bool etcd_call_as(const char *what, const char *path,
+						 const char *body, long timeout_ms, bool quiet,
+						 EtcdReply *reply);
 pg_noreturn extern void etcd_report_reply_error(const char *what, EtcdReply *reply);
 extern bool etcd_transient_failure(long http_code, int grpc_code,
 								   const char *error_text);
@@ -319,7 +337,7 @@ pg_noreturn extern void etcd_report_lock_lost(const char *name,
 
 /* etcd_lock_wait.c */
 extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
-						   int64 my_rev, int ttl, long wait_ms,
+						   int64 my_rev, int ttl, TimestampTz deadline,
 						   const char *held_key);
 
 /* etcd_lock_many.c: several locks at once, in byte order of their names */

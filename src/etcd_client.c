@@ -18,6 +18,12 @@
  * it is no longer valid.  The password is only ever put in the body of
  * the authenticate request, never in a message.
  *
+ * A waiting lock call's wait_timeout bounds the whole call, etcd round
+ * trips included: the call sets a deadline (etcd_call_deadline_push) that
+ * every non-quiet request is cut at, whatever lockfence.etcd_request_timeout
+ * allows, and a request cut so ends the call with 55P03 at the deadline
+ * (issue 17, item 15).  Quiet requests (cleanup) keep their own budgets.
+ *
  * Every 200 reply is checked against the request it answers, as far as
  * etcd's replies identify it (etcd_reply_matches): an HTTP/1.1 connection
  * out of step with its server would otherwise hand us the answer to
@@ -47,6 +53,14 @@ static int	cur_endpoint = 0;
 
 /* Cached etcd auth token, in TopMemoryContext. */
 static char *auth_token = NULL;
+
+/*
+ * The deadline of the waiting lock call in progress (its wait_timeout,
+ * counted from the call), and the lock it is for; 0 when none.  Set and
+ * restored by the call around everything it does (errors included), so a
+ * later call without wait_timeout is never cut.
+ */
+static EtcdCallDeadline call_deadline = {0, NULL};
 
 /*
  * lockfence.etcd_endpoints changed (assign hook): start again from the
@@ -90,6 +104,89 @@ etcd_next_endpoint(void)
 
 	if (n > 0)
 		cur_endpoint = (cur_endpoint + 1) % n;
+}
+
+/*
+ * From here until etcd_call_deadline_pop(saved), every non-quiet etcd
+ * request is cut at deadline, and one that gets no answer before it ends
+ * the call with 55P03, "could not obtain etcd lock <lock_name> within
+ * wait_timeout" (etcd_call_deadline_report).  A deadline already in force
+ * that comes earlier stays.  lock_name must outlive the pop.
+ */
+void
+etcd_call_deadline_push(TimestampTz deadline, const char *lock_name,
+						EtcdCallDeadline *saved)
+{
+	*saved = call_deadline;
+	if (call_deadline.at == 0 || deadline < call_deadline.at)
+	{
+		call_deadline.at = deadline;
+		call_deadline.lock_name = lock_name;
+	}
+}
+
+/*
+ * Restore the deadline in force before the matching push.
+ */
+void
+etcd_call_deadline_pop(const EtcdCallDeadline *saved)
+{
+	call_deadline = *saved;
+}
+
+/*
+ * The deadline non-quiet requests are cut at; 0 when none.
+ */
+TimestampTz
+etcd_call_deadline(void)
+{
+	return call_deadline.at;
+}
+
+/*
+ * Raise the 55P03 of a call whose wait_timeout passed during a request
+ * (what, which failed with failure, on endpoint if known), or before it
+ * could be sent (failure NULL).  The same error as a wait that ran out.
+ */
+void
+etcd_call_deadline_report(const char *what, const char *failure,
+						  const char *endpoint)
+{
+	const char *lock_name = call_deadline.lock_name ?
+		call_deadline.lock_name : "";
+
+	if (failure == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+						lock_name),
+				 errdetail("The wait_timeout passed before %s could be sent.",
+						   what)));
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+					lock_name),
+			 endpoint ?
+			 errdetail("The wait_timeout passed during %s, which failed: %s (last endpoint tried: %s).",
+					   what, failure, endpoint) :
+			 errdetail("The wait_timeout passed during %s, which failed: %s.",
+					   what, failure)));
+	pg_unreachable();
+}
+
+/*
+ * What a request is, for the 55P03 of a call cut by its wait_timeout.
+ */
+static const char *
+request_label(const char *path)
+{
+	if (strcmp(path, "/v3/lease/grant") == 0)
+		return "a lease grant";
+	if (strcmp(path, "/v3/lease/keepalive") == 0)
+		return "a lease renewal";
+	if (strcmp(path, "/v3/auth/authenticate") == 0)
+		return "the authentication";
+	return psprintf("the request %s", path);
 }
 
 /*
@@ -854,7 +951,26 @@ bool
 etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		  EtcdReply *reply)
 {
+	return etcd_call_as(NULL, path, body, timeout_ms, quiet, reply);
+}
+
+/*
+ * etcd_call, for a request described as what (NULL: from its path) in
+ * the 55P03 of a call cut by its wait_timeout.
+ *
+ * A non-quiet request made while a call's deadline is in force
+ * (etcd_call_deadline_push) gets at most what is left of it: one that
+ * etcd does not answer before it (a member that stopped answering, or
+ * cannot be reached; transient errors retried until then) raises 55P03 at
+ * the deadline, not 08006 or 08001 up to the request timeout later, and
+ * one due after it is not sent.  Other errors are raised as they are.
+ */
+bool
+etcd_call_as(const char *what, const char *path, const char *body,
+			 long timeout_ms, bool quiet, EtcdReply *reply)
+{
 	EtcdRetry	retry;
+	bool		cut = false;
 	long		attempt_ms;
 	bool		is_auth = strcmp(path, "/v3/auth/authenticate") == 0;
 	bool		refreshed = false;
@@ -864,6 +980,20 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 	TimestampTz retry_at;
 
 	memset(reply, 0, sizeof(EtcdReply));
+	if (!quiet && call_deadline.at != 0)
+	{
+		long		left;
+
+		left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
+		if (left <= 0)
+			etcd_call_deadline_report(what ? what : request_label(path),
+									  NULL, NULL);
+		if (left < timeout_ms)
+		{
+			timeout_ms = left;
+			cut = true;
+		}
+	}
 	etcd_retry_init(&retry, timeout_ms, false);
 	attempt_ms = etcd_attempt_timeout(timeout_ms, retry.n_endpoints);
 
@@ -930,6 +1060,11 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 		memset(reply, 0, sizeof(EtcdReply));
 		return false;
 	}
+	/* the retries ran out at the call's deadline, not the request's */
+	if (cut)
+		etcd_call_deadline_report(what ? what : request_label(path),
+								  last_err ? last_err : "no detail",
+								  last_endpoint);
 	if (reply->http_code != 0 && reply->http_code != 200)
 		etcd_report_reply_error(path, reply);
 	etcd_report_transport_error(path, last_st, last_endpoint, last_err);

@@ -221,8 +221,9 @@ queue_lock_key(const char *name, const char *key, int64 lease, int64 *my_rev)
 					"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"" INT64_FORMAT "\"}},%s],"
 					"\"failure\":[{\"request_range\":{\"key\":\"%s\"}},%s]}",
 					key64, key64, lease, holder_op, key64, holder_op);
-	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
-				   &reply))
+	if (!etcd_call_as("the transaction that queues the lock key",
+					  "/v3/kv/txn", body, etcd_request_timeout_ms, false,
+					  &reply))
 	{
 		if (reply.error_text && strstr(reply.error_text, "lease not found"))
 			return QUEUE_LEASE_GONE;
@@ -299,7 +300,8 @@ start_renewal(LockRenewal *r, int64 lease, bool fresh)
 /*
  * Collect the renewal.  A lease etcd says is gone loses every lock on it
  * (key, queued on lease, among them: LF003).  A keepalive that got no
- * answer is sent again the usual way, with retries.
+ * answer is sent again the usual way, with retries.  Like every request
+ * of a waiting call, it is cut at the call's deadline (55P03).
  */
 static void
 finish_renewal(LockRenewal *r, const char *name, const char *key,
@@ -311,7 +313,22 @@ finish_renewal(LockRenewal *r, const char *name, const char *key,
 		return;
 	while (etcd_http_status(r->req) == ETCD_HTTP_RUNNING)
 	{
-		if (!etcd_http_wait(-1))
+		TimestampTz deadline = etcd_call_deadline();
+		long		wait_ms = -1;
+
+		if (deadline != 0)
+		{
+			wait_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+			if (wait_ms <= 0)
+			{
+				etcd_http_finish(r->req);
+				r->req = NULL;
+				etcd_call_deadline_report("a lease renewal",
+										  "etcd did not answer in time",
+										  NULL);
+			}
+		}
+		if (!etcd_http_wait(wait_ms))
 			CHECK_FOR_INTERRUPTS();
 	}
 	left = etcd_lease_keepalive_finish(r->req);
@@ -396,29 +413,21 @@ remove_queued_key(int64 lease, const char *key, bool fresh)
 }
 
 /*
- * Acquire the named lock (waiting, or only if free at once when
- * try_only).  Returns false when try_only and the lock is taken.  The
- * lock is returned pending: the caller hands it over with etcd_lock_hand_over() once
- * the SQL caller has it, and releases it with
- * etcd_lock_release_after_error() if it
- * fails before.
- *
- * On any error, requests in flight are abandoned and the lease is
- * revoked with interrupts held, so nothing of ours is left in etcd.
+ * etcd_lock_acquire, within the call's deadline (0: none), which every
+ * request of the call is cut at (see etcd_lock_acquire).
  */
-bool
-etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
-				  EtcdLockResult *res)
+static bool
+acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
+		bool try_only, EtcdLockResult *res)
 {
 	int			granted_ttl;
 	volatile int64 lease;
 	MemoryContext cxt = CurrentMemoryContext;
-	TimestampTz started = GetCurrentTimestamp();
 	volatile bool got = false;
 	volatile bool fresh;
 	bool		session_fresh;
 	int64		session_lease;
-	char	   *held_key = NULL;
+	char	   *volatile held_key = NULL;
 	LockRenewal renewal;
 
 	etcd_lock_check_args(name, ttl);
@@ -459,19 +468,7 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		}
 		else if (!try_only)
 		{
-			/* wait_timeout counts from the call, its requests included */
-			long		left = wait_ms;
-
-			if (wait_ms >= 0)
-			{
-				long		secs;
-				int			usecs;
-
-				TimestampDifference(started, GetCurrentTimestamp(), &secs,
-									&usecs);
-				left = Max(wait_ms - (secs * 1000 + usecs / 1000), 0L);
-			}
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, left,
+			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, deadline,
 						   held_key);
 			if (lease != session_lease)
 				renew_session_lease_after_wait(session_lease);
@@ -503,6 +500,53 @@ etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
 		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
 		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
 	}
+	return got;
+}
+
+/*
+ * Acquire the named lock (waiting, or only if free at once when
+ * try_only).  Returns false when try_only and the lock is taken.  The
+ * lock is returned pending: the caller hands it over with etcd_lock_hand_over() once
+ * the SQL caller has it, and releases it with
+ * etcd_lock_release_after_error() if it
+ * fails before.
+ *
+ * wait_ms (< 0: no limit) counts from now and bounds the whole call: the
+ * wait, and every etcd request before it (the session lease's grant or
+ * renewal, the authentication, the transaction that queues the key) or
+ * during it, which are cut at the deadline and end the call with 55P03
+ * then, whatever lockfence.etcd_request_timeout allows (issue 17, item
+ * 15: with a member that stopped answering before the call, the requests
+ * before the wait ran on to the request timeout and ended in 08006
+ * seconds late).  The deadline is lifted when the call returns or fails,
+ * and does not cut the quiet release after an error.
+ *
+ * On any error, requests in flight are abandoned and the lease is
+ * revoked with interrupts held, so nothing of ours is left in etcd.
+ */
+bool
+etcd_lock_acquire(const char *name, int ttl, long wait_ms, bool try_only,
+				  EtcdLockResult *res)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	TimestampTz deadline;
+	EtcdCallDeadline saved;
+	volatile bool got = false;
+
+	if (try_only || wait_ms < 0)
+		return acquire(name, ttl, started, 0, try_only, res);
+
+	deadline = TimestampTzPlusMilliseconds(started, wait_ms);
+	etcd_call_deadline_push(deadline, name, &saved);
+	PG_TRY();
+	{
+		got = acquire(name, ttl, started, deadline, false, res);
+	}
+	PG_FINALLY();
+	{
+		etcd_call_deadline_pop(&saved);
+	}
+	PG_END_TRY();
 	return got;
 }
 

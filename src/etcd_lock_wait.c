@@ -91,60 +91,17 @@ typedef struct LockWait
 } LockWait;
 
 /*
- * Send a read of the lock queue, within the wait's deadline: wait_timeout
- * bounds the whole call, etcd round trips included, so a read that etcd
- * does not answer before it (a member that stopped answering, or that
- * cannot be reached) ends the wait with 55P03 at the deadline, not with
- * 08006 or 08001 up to a request timeout later (issue 17, item 15).
+ * Send a read of the lock queue.  Like every request of a waiting call, it
+ * is cut at the call's deadline (etcd_call_as): a read that etcd does not
+ * answer before it (a member that stopped answering, or that cannot be
+ * reached) ends the wait with 55P03 at the deadline, not with 08006 or
+ * 08001 up to a request timeout later (issue 17, item 15).
  */
 static bool
-queue_read(LockWait *w, const char *body, EtcdReply *reply)
+queue_read(const char *body, EtcdReply *reply)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile long timeout_ms = etcd_request_timeout_ms;
-	volatile bool ok = false;
-	long		left;
-
-	if (w->deadline == 0)
-		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
-	left = (long) ((w->deadline - GetCurrentTimestamp()) / 1000);
-	if (left >= timeout_ms)
-		return etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
-	timeout_ms = Max(left, 1L);
-
-	PG_TRY();
-	{
-		ok = etcd_call("/v3/kv/txn", body, timeout_ms, false, reply);
-	}
-	PG_CATCH();
-	{
-		int			code = geterrcode();
-		ErrorData  *edata;
-
-		/*
-		 * etcd could not be reached or did not answer within what was
-		 * left of the wait: the call ended because of wait_timeout (a
-		 * read that got no retry in before the deadline ends just before
-		 * it).  Anything else (a rejection, a malformed reply, a lost
-		 * lock, a cancel) is raised as it is.
-		 */
-		if (code != ERRCODE_CONNECTION_FAILURE &&
-			code != ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION)
-			PG_RE_THROW();
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
-						w->name),
-				 errdetail("The wait_timeout passed during a read of the lock queue, which failed: %s.%s%s",
-						   edata->message,
-						   edata->detail ? " " : "",
-						   edata->detail ? edata->detail : "")));
-	}
-	PG_END_TRY();
-	return ok;
+	return etcd_call_as("a read of the lock queue", "/v3/kv/txn", body,
+						etcd_request_timeout_ms, false, reply);
 }
 
 /*
@@ -174,7 +131,7 @@ find_predecessor(LockWait *w)
 					etcd_b64_encode(w->key, strlen(w->key)),
 					etcd_b64_encode(prefix, strlen(prefix)),
 					etcd_prefix_end_b64(prefix), w->my_rev - 1);
-	if (!queue_read(w, body, &reply))
+	if (!queue_read(body, &reply))
 		etcd_report_reply_error("a read of the lock queue", &reply);
 
 	own = etcd_json_object(etcd_json_array_object(&reply.json->root,
@@ -696,18 +653,19 @@ report_wait_timeout(LockWait *w, const char *held_key)
  * Wait until our key (created at my_rev under lease, whose TTL is ttl) is
  * the holder: it exists and no key under "<name>/" is older, as one
  * linearizable read found on return.  Keeps the lease alive every
- * third of its TTL, counted from its last renewal.  wait_ms < 0 waits
- * forever.  held_key: a key of this session's own under name (it holds
- * the lock already), or NULL.  Raises LF003 when our key or lease goes
- * away, 55P03 when wait_ms passes.  The requests in flight are released by
+ * third of its TTL, counted from its last renewal.  deadline is the
+ * call's (its wait_timeout, which also cuts every request made meanwhile:
+ * etcd_call_deadline_push); 0 waits forever.  held_key: a key of this
+ * session's own under name (it holds the lock already), or NULL.  Raises
+ * LF003 when our key or lease goes away, 55P03 when the deadline passes.
+ * The requests in flight are released by
  * etcd_http_abort_all() in the caller's error cleanup, or here.
  */
 void
 etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
-			   int ttl, long wait_ms, const char *held_key)
+			   int ttl, TimestampTz deadline, const char *held_key)
 {
 	LockWait	w;
-	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext oldcxt;
 	MemoryContext round_cxt;
 
@@ -722,8 +680,7 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	w.next_ka =
 		TimestampTzPlusMilliseconds(etcd_session_lease_renewed_at(lease),
 									w.ka_interval_ms);
-	if (wait_ms >= 0)
-		w.deadline = TimestampTzPlusMilliseconds(now, wait_ms);
+	w.deadline = deadline;
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
 
 	/* a wait may last for hours: each round's garbage goes at its end */
@@ -734,6 +691,9 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	for (;;)
 	{
 		MemoryContextReset(round_cxt);
+		/* before any request: one due after the deadline is not sent */
+		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
+			report_wait_timeout(&w, held_key);
 		if (w.pred == NULL && GetCurrentTimestamp() >= w.retry_at)
 		{
 			if (!watch_predecessor(&w))
@@ -743,8 +703,6 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 				 !watch_news(&w, w.recheck ? WATCH_RECHECK : watch_poll(&w)))
 			break;
 		wait_keepalive(&w);
-		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
-			report_wait_timeout(&w, held_key);
 		wait_idle(&w, wait_sleep_ms(&w));
 	}
 	MemoryContextSwitchTo(oldcxt);
