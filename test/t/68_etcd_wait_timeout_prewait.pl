@@ -1,0 +1,166 @@
+
+# 68_etcd_wait_timeout_prewait.pl
+#	  wait_timeout bounds every etcd request of a waiting lock call, also
+#	  the ones before the wait (issue 17, item 15, the rest of it): with
+#	  the only member stopped (SIGSTOP) before the call, etcd_lock(name,
+#	  ttl, '300ms') ends with 55P03 at the wait_timeout, whatever
+#	  lockfence.etcd_request_timeout allows (5 s here).  Before, the
+#	  requests before the wait were bounded only by the request timeout:
+#	  the session lease's grant (a cold session) or the transaction that
+#	  queues the key (a warm one) ran on for 5 s and the call failed with
+#	  08006.
+#
+#	  Cases, each over several samples, EVERY sample within the bound
+#	  (the README promises a wait_timeout < 100 ms late): elapsed time
+#	  from just before sending the query to the error reaching the client
+#	  is at least the wait_timeout and below it plus 100 ms.
+#	   1. cold session (no session lease yet): the grant is cut;
+#	   2. warm session (lease granted by an earlier lock and unlock): the
+#		  queueing transaction is cut;
+#	   3. etcd_lock_many on a cold session;
+#	  and after each, with the member resumed, a call without wait_timeout
+#	  in the same session succeeds (the deadline was lifted with the
+#	  error), and once the session ends no key of it is left.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use LockfenceTest::EtcdCluster;
+
+my $samples = 3;
+my $wait_ms = 300;
+my $bound_ms = $wait_ms + 100;
+
+my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'prewait');
+$etcd->start;
+
+my $node = LockfenceTest::EtcdCluster::pg_node('prewait', <<EOF);
+lockfence.etcd_endpoints = '@{[ $etcd->client_url(0) ]}'
+lockfence.etcd_request_timeout = '5s'
+EOF
+
+sub keys_under
+{
+	my ($prefix) = @_;
+	my $out = $etcd->etcdctl('get', '--prefix', '--keys-only', $prefix);
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+# Send SQL without waiting for its result.
+sub send_query
+{
+	my ($s, $sql) = @_;
+	$s->{stdin} .= "$sql\n";
+	$s->{run}->pump_nb;
+	return;
+}
+
+# The time the session's error arrived, or undef.
+sub wait_for_error
+{
+	my ($s, $seconds) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		eval { $s->{run}->pump_nb; };
+		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
+		usleep(500);
+	}
+	return undef;
+}
+
+sub poll_until
+{
+	my ($seconds, $code) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		return 1 if $code->();
+		usleep(20_000);
+	}
+	return $code->();
+}
+
+# One sample: $prepare(session) runs with the member up; then the member
+# stops, $sql is sent, and must fail with 55P03 (detail matching
+# $detail_re) within the bound; then the member resumes, and the session
+# locks and unlocks another name without wait_timeout; then it ends, and
+# no key under $prefix is left.
+sub sample
+{
+	my ($label, $prepare, $sql, $detail_re, $prefix) = @_;
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	# load the library first: the call is measured, not the library load
+	$w->query_safe("LOAD 'lockfence'");
+	$prepare->($w);
+	$etcd->pause_member(0);
+	my $t_sent = time;
+	send_query($w, $sql);
+	my $t1 = wait_for_error($w, 30);
+	my $ms = defined $t1 ? ($t1 - $t_sent) * 1000 : 99999;
+	$etcd->resume_member(0);
+
+	ok(defined $t1, "$label: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+55P03: could not obtain etcd lock "[^"]+" within wait_timeout/,
+		"$label: 55P03") or diag $w->{stderr};
+	like($w->{stderr}, $detail_re, "$label: the detail names the request cut")
+	  or diag $w->{stderr};
+	ok($ms >= $wait_ms && $ms < $bound_ms,
+		sprintf('%s: failed after %.1f ms (>= %d, < %d)', $label, $ms,
+			$wait_ms, $bound_ms));
+
+	$etcd->wait_healthy(30);
+	$w->{stderr} = '';
+	# no wait_timeout: the deadline of the call that failed must not cut it
+	my $out = $w->query("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('after', 10)");
+	is($out, 't', "$label: a lock without wait_timeout works afterwards")
+	  or diag $w->{stderr};
+	$w->quit;
+	ok(poll_until(5, sub { scalar(keys_under($prefix)) == 0 && scalar(keys_under('after/')) == 0 }),
+		"$label: no key left once the session ended")
+	  or diag explain [ keys_under($prefix) ];
+	return $ms;
+}
+
+my %ms;
+for my $i (1 .. $samples)
+{
+	push @{ $ms{cold} }, sample("cold $i", sub { },
+		"SELECT key FROM lockfence.etcd_lock('cold$i', 10, '${wait_ms}ms');",
+		qr/DETAIL:\s+The wait_timeout passed during a lease grant, which failed/,
+		"cold$i/");
+}
+for my $i (1 .. $samples)
+{
+	push @{ $ms{warm} }, sample("warm $i",
+		sub {
+			my ($w) = @_;
+			# grants the session lease of TTL 10 and opens the connection
+			is($w->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('warmup', 10)"),
+				't', "warm $i: session lease granted");
+		},
+		"SELECT key FROM lockfence.etcd_lock('warm$i', 10, '${wait_ms}ms');",
+		qr/DETAIL:\s+The wait_timeout passed during the transaction that queues the lock key, which failed/,
+		"warm$i/");
+}
+for my $i (1 .. $samples)
+{
+	push @{ $ms{many} }, sample("lock_many $i", sub { },
+		"SELECT * FROM lockfence.etcd_lock_many(ARRAY['many$i-a', 'many$i-b'], 10, '${wait_ms}ms');",
+		qr/DETAIL:\s+The wait_timeout passed during a lease grant, which failed/,
+		"many$i");
+}
+for my $case (sort keys %ms)
+{
+	note sprintf('%s: %s ms', $case, join(', ', map { sprintf '%.1f', $_ } @{ $ms{$case} }));
+}
+
+$node->stop;
+# stop etcd here: stopping it again at global destruction would set the exit code
+$etcd->stop;
+done_testing();
