@@ -547,8 +547,19 @@ wait_sleep_ms(LockWait *w)
 
 	if (w->ka_req == NULL)
 		until = w->next_ka;
-	if (w->pred == NULL && (until == 0 || w->retry_at < until))
-		until = w->retry_at;
+	if (w->pred == NULL)
+	{
+		/*
+		 * No watch: the next attempt is due at retry_at, at once if that
+		 * is 0 or past (a keepalive that failed on the watch's member
+		 * just dropped it).  Sleeping on would leave the wait blind, and
+		 * its keepalives unsent, until its lease expired.
+		 */
+		TimestampTz retry_at = Max(w->retry_at, now);
+
+		if (until == 0 || retry_at < until)
+			until = retry_at;
+	}
 	if (w->pred != NULL && !w->created)
 	{
 		TimestampTz confirm_by =
