@@ -1,6 +1,6 @@
 # Copyright: lockfence contributors
 #
-# 87_privileges.pl: secure by default (issue 17, item 12).  A new
+# 79_privileges.pl: secure by default (issue 17, item 12).  A new
 # installation grants PUBLIC nothing that advances a fence or a lease: a
 # role without the grant gets 42501 from each of fence(), try_fence() (both
 # forms) and the lease functions, and so cannot lock a holder out or renew
