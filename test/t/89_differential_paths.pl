@@ -14,7 +14,8 @@
 # lockfence.debug_disable_fastpath (ALTER DATABASE ... SET), which sends
 # every check and lease write through the statements.  Every step's
 # outcome (its rows, or its SQLSTATE with message, detail, hint and
-# context, timestamps normalized) must be the same in both, and so must
+# context, timestamps normalized; a lease's expiry as the number of ten
+# minutes from the transaction's start) must be the same in both, and so must
 # the final rows of lockfence.fences, lockfence.floor_state and the
 # protected table (also compared every 1000 steps).
 #
@@ -333,7 +334,7 @@ sub choose_step
 			my $n = pick(@busy);
 			my $h = pick(@holders);
 			return ('lease_try_contended',
-				"SELECT token, expires_at > now() + interval '50 min'"
+				"SELECT token, round(extract(epoch FROM expires_at - now()) / 600)"
 				  . " FROM lockfence.lease_try_acquire('$n', '1 hour', "
 				  . q_holder($h) . ');', undef, $n, $h);
 		}
@@ -369,7 +370,7 @@ sub choose_step
 		my $h = pick(@holders);
 		my $wait = $kind eq 'lease_acquire' ? ", wait_timeout => '0'" : '';
 		return ($kind,
-			"SELECT token, expires_at > now() + interval '50 min'"
+			"SELECT token, round(extract(epoch FROM expires_at - now()) / 600)"
 			  . " FROM lockfence.$kind('$n', '1 hour', " . q_holder($h)
 			  . "$wait);", [$n], $n, $h);
 	}
@@ -378,7 +379,7 @@ sub choose_step
 		my $t = lease_token($n);
 		my $ttl = rnd(2) ? '' : ", '2 hours'";
 		return ($kind,
-			"SELECT lockfence.lease_renew('$n', $t$ttl) > now() + interval '50 min';",
+			"SELECT round(extract(epoch FROM lockfence.lease_renew('$n', $t$ttl) - now()) / 600);",
 			[$n]);
 	}
 	if ($kind eq 'lease_release')
