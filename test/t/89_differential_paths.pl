@@ -58,6 +58,13 @@
 # one database and not in the other.  The switch is checked in one place,
 # fence_fastpath_find(), the way into every fast path.
 #
+# What a difference can show.  A fast path only ever accepts or writes;
+# anything else falls back to the statements, so a rejection is worded by
+# the same code in both databases.  What differs between them is who
+# decides the uncontended cases: a fast path accepting or writing what the
+# statements would refuse or write otherwise, or the statements refusing
+# what the fast path accepts, changes a step's outcome or the rows.
+#
 # That the run tested something: counts of each kind of outcome (LF001,
 # LF002, LF003, try_fence false, lease_try_acquire refused, rolled-back
 # savepoints, floors that raised rows, ...) must be above zero.
