@@ -35,6 +35,11 @@
  * table exactly as the install scripts make it is read or updated this way
  * (fence_shape.c); anything else is left to SPI.
  *
+ * Every way in goes through fence_fastpath_find, which is also where the
+ * test-only setting lockfence.debug_disable_fastpath sends every call to
+ * SPI, as if no row had been found: it chooses the path and nothing else,
+ * so that test/t/89_differential_paths.pl can compare the two.
+ *
  * IDENTIFICATION
  *	  src/fence_fastpath.c
  *
@@ -61,9 +66,32 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "lockfence.h"
+
+/*
+ * lockfence.debug_disable_fastpath: for tests only (docs/testing.md).  On,
+ * every check and lease write takes the statements of fence_store.c and
+ * lease.c.  SUSET: it costs speed, and a test is run by a superuser.
+ */
+static bool debug_disable_fastpath = false;
+
+/* Define lockfence.debug_disable_fastpath.  Called from _PG_init. */
+void
+fence_fastpath_init(void)
+{
+	DefineCustomBoolVariable("lockfence.debug_disable_fastpath",
+							 gettext_noop("Sends every fence check and lease write through SPI statements (for tests only)."),
+							 gettext_noop("Only the path is chosen; the rules are the same. "
+										  "Used to compare the two paths."),
+							 &debug_disable_fastpath,
+							 false,
+							 PGC_SUSET,
+							 GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							 NULL, NULL, NULL);
+}
 
 /*
  * Attribute numbers of lockfence.fences, as created by the install scripts
@@ -149,9 +177,10 @@ typedef struct FastpathRow
  * Open lockfence.fences in lockmode and find, through its primary key, the
  * version of resource's row that a fresh snapshot sees.  Returns true with
  * *fr filled (close it with fence_fastpath_close), or false, having left
- * nothing open, when there is no such row or table, or the table is not
+ * nothing open, when there is no such row or table, the table is not
  * exactly as the install scripts make it (its columns are read here by
- * attribute number): the SPI path then handles or reports it.
+ * attribute number), or lockfence.debug_disable_fastpath is on: the SPI
+ * path then handles or reports it.
  */
 static bool
 fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
@@ -162,6 +191,10 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 	IndexScanDesc scan;
 	ScanKeyData key;
 	bool		found;
+
+	/* The test-only switch: as if there were no row, so SPI handles it. */
+	if (debug_disable_fastpath)
+		return false;
 
 	nspid = get_namespace_oid("lockfence", true);
 	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;

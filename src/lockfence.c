@@ -34,6 +34,7 @@ void
 _PG_init(void)
 {
 	fence_cache_init();
+	fence_fastpath_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
 	lockfence_check_init();

@@ -118,6 +118,7 @@ typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
 							  void *arg);
 
 /* fence_fastpath.c: uncontended fence rows without SPI */
+extern void fence_fastpath_init(void);
 extern bool fence_fastpath_share_equal(const char *resource, int64 token,
 									   const char *holder,
 									   FenceOutcome *outcome,

@@ -214,7 +214,8 @@ ASSERT_PROVE_TESTS="test/t/01_crash_recovery.pl test/t/03_row_token_load_time.pl
 	test/t/24_etcd_malformed_replies.pl test/t/63_etcd_lock_many.pl
 	test/t/64_etcd_commit_faults.pl test/t/70_leases.pl
 	test/t/72_lease_client_gone.pl test/t/81_check.pl
-	test/t/87_floor_ends_leases.pl test/t/88_promotion_guard.pl"
+	test/t/87_floor_ends_leases.pl test/t/88_promotion_guard.pl
+	test/t/89_differential_paths.pl"
 ASSERT_PROVE_TESTS=$(echo $ASSERT_PROVE_TESTS)
 
 # ---------------------------------------------------------------------------
