@@ -459,6 +459,61 @@ $$;
 COMMENT ON FUNCTION lockfence.check_alter_table() IS
     'Refuse or cover ALTER TABLE subcommands that write rows unfenced';
 
+-- The tables lockfence protects (issue 17, item 10): each table with a
+-- lockfence row trigger of its own, remembered when the trigger is created
+-- (by protect(), by hand, or by a restore's post-data) and forgotten by
+-- unprotect() and when the table is dropped.  Dumped with the data, so
+-- that after a restore that did not bring the triggers (a data-only
+-- restore, or one without post-data) check() reports the table.  Written
+-- only through remember_protection(), which records what is true.
+CREATE TABLE lockfence.protected_tables (
+    tbl          regclass PRIMARY KEY,
+    protected_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
+);
+
+COMMENT ON TABLE lockfence.protected_tables IS
+    'Tables protected by lockfence, remembered across dump and restore (for check())';
+
+REVOKE ALL ON lockfence.protected_tables FROM PUBLIC;
+GRANT SELECT ON lockfence.protected_tables TO PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');
+
+-- protected => true: remember tbl if it has a lockfence row trigger of its
+-- own.  false: forget it if it is gone, or if it has none left and the
+-- caller owns it.  Anything else is left as it is.
+CREATE FUNCTION lockfence.remember_protection(tbl oid, protected boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_remember_protection'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.remember_protection(oid, boolean) IS
+    'Remember (or forget) a table in lockfence.protected_tables as its triggers say';
+
+-- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
+-- OWNED, ...): their OIDs could name another table later.
+CREATE FUNCTION lockfence.forget_dropped_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lockfence.remember_protection(o.objid, false)
+       FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
+      WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+        AND o.objsubid = 0
+        AND o.objid IN (SELECT p.tbl FROM lockfence.protected_tables AS p);
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.forget_dropped_tables() IS
+    'Forget dropped tables in lockfence.protected_tables';
+
+CREATE EVENT TRIGGER lockfence_forget_dropped_tables ON sql_drop
+    EXECUTE FUNCTION lockfence.forget_dropped_tables();
+
+ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
+
 -- Report a misused fence_trigger() when the trigger is created rather than
 -- at the first write (with check_function_bodies off, as in a restore, as
 -- a warning: the trigger fails closed), cover new partitions of protected tables, and refuse
@@ -520,6 +575,14 @@ BEGIN
     END LOOP;
 
     PERFORM lockfence.check_alter_table();
+
+    -- Remember the tables that got a lockfence row trigger of their own
+    -- (protect(), a trigger created by hand, a restore's post-data).
+    PERFORM lockfence.remember_protection(t.tgrelid, true)
+       FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+       JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+      WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+        AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
 END
 $$;
 
@@ -578,6 +641,9 @@ BEGIN
        FROM pg_catalog.pg_trigger AS t
       WHERE t.tgrelid = tbl
         AND t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate');
+
+    -- The event trigger remembers the table too, unless it is disabled.
+    PERFORM lockfence.remember_protection(tbl, true);
 END
 $$;
 
@@ -821,6 +887,7 @@ BEGIN
                                   t.tgrelid::pg_catalog.regclass);
         n := n + 1;
     END LOOP;
+    PERFORM lockfence.remember_protection(tbl, false);
     RETURN n;
 END
 $$;
@@ -1107,6 +1174,23 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- A table lockfence remembers as protected with no lockfence trigger
+    -- left: restored without its triggers (a data-only restore, or one
+    -- without post-data; the registry is dumped with the data), or its
+    -- triggers dropped by hand.  One trigger missing is reported above.
+    FOR r IN
+        SELECT p.tbl AS rel
+          FROM lockfence.protected_tables p
+          JOIN pg_catalog.pg_class c ON c.oid = p.tbl
+         WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid = p.tbl AND x.tgfoid = fence_fn)
+         ORDER BY p.tbl::pg_catalog.text
+    LOOP
+        RETURN QUERY SELECT 'error', 'protected_table_unguarded',
+            pg_catalog.format('Table %s was protected by lockfence (lockfence.protected_tables remembers it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.', r.rel),
+            pg_catalog.format('SELECT lockfence.protect(%L, ...) again, with the arguments it was protected with; or, if it needs no protection, SELECT lockfence.unprotect(%L);', r.rel::text, r.rel::text);
+    END LOOP;
+
     -- Descendants of protected tables without the protected ancestor's
     -- row trigger, or without its TRUNCATE trigger (copied by name).
     FOR r IN
@@ -1183,6 +1267,7 @@ BEGIN
         SELECT v.evtname, v.want, e.evtenabled
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
+                       ('lockfence_forget_dropped_tables', 'A'),
                        ('lockfence_guard_drop', 'A')) AS v(evtname, want)
           LEFT JOIN (pg_catalog.pg_event_trigger e
                      JOIN pg_catalog.pg_depend d

@@ -16,6 +16,7 @@
 #include "postgres.h"
 
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_namespace.h"
@@ -35,6 +36,8 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "etcd.h"
 #include "lockfence.h"
@@ -47,6 +50,7 @@ static bool allow_publish_fences = false;
 
 PG_FUNCTION_INFO_V1(lockfence_guard_drop);
 PG_FUNCTION_INFO_V1(lockfence_etcd_status);
+PG_FUNCTION_INFO_V1(lockfence_remember_protection);
 
 /*
  * Define the overrides of the deployment safeguards.  Called from _PG_init.
@@ -506,4 +510,141 @@ lockfence_etcd_status(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum(revision);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
 													  values, nulls)));
+}
+
+/*
+ * lockfence.remember_protection(tbl oid, protected boolean)
+ *
+ * Keep lockfence.protected_tables, the tables lockfence remembers as
+ * protected, true to the table's state.  The registry is an extension
+ * configuration table: pg_dump dumps its rows with the data, so that a
+ * restore that brings the data but not the triggers (a data-only restore,
+ * or one without post-data) leaves rows that check() reports.
+ *
+ * protected = true (protect(), and the event trigger for every lockfence
+ * trigger created, a restore's too): remember the table if it has a
+ * lockfence row trigger of its own.  Otherwise nothing is done, so that a
+ * call only ever records what is true.  Temporary tables are not
+ * remembered: they are dropped at the end of the session without firing
+ * event triggers, and are never dumped.
+ *
+ * protected = false (unprotect(), and the sql_drop event trigger): forget
+ * the table if it is gone, or if it has no lockfence row trigger of its
+ * own left and the caller owns it (as DROP TRIGGER requires).  Forgetting
+ * a table whose triggers went by other means (a partial restore) would
+ * hide what check() must report: only its owner may.
+ *
+ * The registry is written as its owner, like the fences, so that the owner
+ * of a table may protect it without owning the extension; what is written
+ * is decided here, not by the caller.
+ */
+Datum
+lockfence_remember_protection(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	bool		protect;
+	HeapTuple	tuple;
+	bool		exists = false;
+	bool		temporary = false;
+	bool		has_row_trigger = false;
+	Oid			registry;
+	Oid			registry_owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_VOID();
+	relid = PG_GETARG_OID(0);
+	protect = PG_GETARG_BOOL(1);
+	values[0] = ObjectIdGetDatum(relid);
+
+	registry = get_relname_relid("protected_tables",
+								 get_namespace_oid("lockfence", false));
+	if (!OidIsValid(registry))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"lockfence.protected_tables\" does not exist"),
+				 errhint("Update the extension with ALTER EXTENSION lockfence UPDATE.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(registry));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", registry);
+	registry_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (HeapTupleIsValid(tuple))
+	{
+		exists = true;
+		temporary = ((Form_pg_class) GETSTRUCT(tuple))->relpersistence == RELPERSISTENCE_TEMP;
+		ReleaseSysCache(tuple);
+	}
+
+	SPI_connect();
+	if (exists)
+	{
+		if (SPI_execute_with_args("SELECT FROM pg_catalog.pg_trigger t"
+								  "  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
+								  " WHERE t.tgrelid = $1 AND t.tgparentid = 0"
+								  "   AND (t.tgtype::pg_catalog.int4 & 1) = 1"
+								  "   AND p.prosrc = 'lockfence_fence_trigger' AND p.probin IS NOT NULL"
+								  " LIMIT 1",
+								  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the triggers of relation %u", relid);
+		has_row_trigger = SPI_processed > 0;
+	}
+
+	if (protect)
+	{
+		if (!has_row_trigger || temporary)
+		{
+			SPI_finish();
+			PG_RETURN_VOID();
+		}
+	}
+	else if (exists)
+	{
+		if (has_row_trigger)
+		{
+			SPI_finish();
+			PG_RETURN_VOID();
+		}
+		if (SPI_execute_with_args("SELECT FROM lockfence.protected_tables"
+								  " WHERE tbl OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
+								  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read lockfence.protected_tables");
+		if (SPI_processed == 0)
+		{
+			SPI_finish();
+			PG_RETURN_VOID();
+		}
+#if PG_VERSION_NUM >= 160000
+		if (!object_ownercheck(RelationRelationId, relid, GetUserId()))
+#else
+		if (!pg_class_ownercheck(relid, GetUserId()))
+#endif
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("must be owner of table %s to make lockfence forget that it was protected",
+							get_rel_name(relid)),
+					 errdetail("lockfence.check() reports a remembered table that lost its lockfence triggers.")));
+	}
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(registry_owner,
+						   save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_execute_with_args(protect
+							  ? "INSERT INTO lockfence.protected_tables (tbl)"
+							  " VALUES ($1::pg_catalog.regclass) ON CONFLICT (tbl) DO NOTHING"
+							  : "DELETE FROM lockfence.protected_tables"
+							  " WHERE tbl OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
+							  1, argtypes, values, NULL, false, 0) !=
+		(protect ? SPI_OK_INSERT : SPI_OK_DELETE))
+		elog(ERROR, "could not write lockfence.protected_tables");
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	SPI_finish();
+	PG_RETURN_VOID();
 }
