@@ -477,7 +477,8 @@ COMMENT ON TABLE lockfence.protected_tables IS
 REVOKE ALL ON lockfence.protected_tables FROM PUBLIC;
 GRANT SELECT ON lockfence.protected_tables TO PUBLIC;
 
-SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');
+-- (dumped with the data: marked at the end of this script, in the order
+-- an update from 1.3 marks it)
 
 -- protected => true: remember tbl if it has a lockfence row trigger of its
 -- own.  false: forget it if it is gone, or if it has none left and the
@@ -1702,3 +1703,7 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION lockfence.fences_table_problem() IS
     'What differs between lockfence.fences and the table as installed, NULL if nothing';
+
+-- issue 17 item 10: the registry of protected tables (created above) is
+-- dumped with the data.
+SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');
