@@ -661,24 +661,29 @@ LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION lockfence.fences_table_problem() IS
     'What differs between lockfence.fences and the table as installed, NULL if nothing';
 
--- issue 17 item 10: lockfence remembers the tables it protects
+-- issue 17 item 10: lockfence lists the tables it protects
 --
 -- lockfence.protected_tables, an extension configuration table dumped
 -- with the data, so that check() reports a table restored without its
--- triggers (a data-only restore, or one without post-data).  protect()
--- and the event trigger remember a table, unprotect() and a sql_drop
--- event trigger forget it; the tables protected before the update are
--- remembered from their triggers.
+-- triggers (a data-only restore, or one without post-data).  The names
+-- are text, so that a dump that leaves a listed table out restores.
+-- protect() and an event trigger on CREATE TRIGGER list a table, ALTER
+-- TABLE and ALTER SCHEMA follow renames, unprotect() and a sql_drop
+-- event trigger remove it; the tables protected before the update are
+-- listed from their triggers.
 
--- The tables lockfence protects (issue 17, item 10): each table with a
--- lockfence row trigger of its own, remembered when the trigger is created
--- (by protect(), by hand, or by a restore's post-data) and forgotten by
--- unprotect() and when the table is dropped.  Dumped with the data, so
--- that after a restore that did not bring the triggers (a data-only
--- restore, or one without post-data) check() reports the table.  Written
--- only through remember_protection(), which records what is true.
+-- The tables lockfence protects (issue 17, item 10): the name of each
+-- table with a lockfence row trigger of its own, added when the trigger is
+-- created (by protect(), by hand, or by a restore's post-data) and removed
+-- by unprotect() and when the table is dropped; a rename or a move to
+-- another schema lists the new name.  Dumped with the data, so that after
+-- a restore that did not bring the triggers (a data-only restore, or one
+-- without post-data) check() reports the table.  The name is text (the
+-- schema-qualified, quoted name), not regclass: a dump that leaves a
+-- listed table out (pg_dump -T, -N) restores as any other.  Written only
+-- through sync_protected_tables(), which records what is true.
 CREATE TABLE lockfence.protected_tables (
-    tbl          regclass PRIMARY KEY,
+    tbl          text PRIMARY KEY,
     protected_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
 );
 
@@ -690,30 +695,54 @@ GRANT SELECT ON lockfence.protected_tables TO PUBLIC;
 
 SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');
 
--- protected => true: remember tbl if it has a lockfence row trigger of its
--- own.  false: forget it if it is gone, or if it has none left and the
--- caller owns it.  Anything else is left as it is.
-CREATE FUNCTION lockfence.remember_protection(tbl oid, protected boolean)
-RETURNS void
-AS 'MODULE_PATHNAME', 'lockfence_remember_protection'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
+-- The table a listed name names, NULL if none.  Not to_regclass(): that
+-- needs USAGE on the schema, and check() runs with the caller's rights.
+CREATE FUNCTION lockfence.protected_table_oid(name text)
+RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+SELECT c.oid
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident(name))[1]
+   AND c.relname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident(name))[2]
+$$;
 
-COMMENT ON FUNCTION lockfence.remember_protection(oid, boolean) IS
-    'Remember (or forget) a table in lockfence.protected_tables as its triggers say';
+COMMENT ON FUNCTION lockfence.protected_table_oid(text) IS
+    'The table a name of lockfence.protected_tables names, NULL if none';
+
+-- Add the name of every table with a lockfence row trigger of its own;
+-- remove the names in forget that are gone, or that name a table without
+-- one that the caller owns; after a rename (renamed), remove the names
+-- that no longer name a table.  Anything else is left as it is.
+CREATE FUNCTION lockfence.sync_protected_tables(forget text[] DEFAULT NULL,
+                                                renamed boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_sync_protected_tables'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION lockfence.sync_protected_tables(text[], boolean) IS
+    'Keep lockfence.protected_tables true to the tables and their triggers';
 
 -- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
--- OWNED, ...): their OIDs could name another table later.
+-- OWNED, ...) by name.
 CREATE FUNCTION lockfence.forget_dropped_tables()
 RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    gone text[];
 BEGIN
-    PERFORM lockfence.remember_protection(o.objid, false)
-       FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
-      WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-        AND o.objsubid = 0
-        AND o.objid IN (SELECT p.tbl FROM lockfence.protected_tables AS p);
+    gone := ARRAY(SELECT o.object_identity
+                    FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
+                   WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND o.objsubid = 0
+                     AND o.object_identity IN (SELECT p.tbl FROM lockfence.protected_tables AS p));
+    IF pg_catalog.cardinality(gone) > 0 THEN
+        PERFORM lockfence.sync_protected_tables(forget => gone);
+    END IF;
 END
 $$;
 
@@ -725,7 +754,31 @@ CREATE EVENT TRIGGER lockfence_forget_dropped_tables ON sql_drop
 
 ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
 
--- protect() remembers the table.
+-- List the tables given a lockfence row trigger (protect(), by hand, a
+-- restore's post-data) and the new names of renamed or moved ones (ALTER
+-- TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME).
+CREATE FUNCTION lockfence.track_protected_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lockfence.sync_protected_tables(
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) 'CREATE TRIGGER');
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.track_protected_tables() IS
+    'List new protected tables and the new names of renamed ones in lockfence.protected_tables';
+
+CREATE EVENT TRIGGER lockfence_track_protected_tables ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
+                 'ALTER SCHEMA')
+    EXECUTE FUNCTION lockfence.track_protected_tables();
+
+ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE ALWAYS;
+
+-- protect() lists the table.
 CREATE OR REPLACE FUNCTION lockfence.protect(tbl regclass,
                                   resource text DEFAULT NULL,
                                   resource_column name DEFAULT NULL,
@@ -775,12 +828,12 @@ BEGIN
       WHERE t.tgrelid = tbl
         AND t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate');
 
-    -- The event trigger remembers the table too, unless it is disabled.
-    PERFORM lockfence.remember_protection(tbl, true);
+    -- The event trigger lists the table too, unless it is disabled.
+    PERFORM lockfence.sync_protected_tables();
 END
 $$;
 
--- unprotect() forgets it.
+-- unprotect() removes it.
 CREATE OR REPLACE FUNCTION lockfence.unprotect(tbl regclass)
 RETURNS integer
 LANGUAGE plpgsql
@@ -814,82 +867,18 @@ BEGIN
                                   t.tgrelid::pg_catalog.regclass);
         n := n + 1;
     END LOOP;
-    PERFORM lockfence.remember_protection(tbl, false);
+    PERFORM lockfence.sync_protected_tables(forget => ARRAY(
+        SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname)
+          FROM pg_catalog.pg_class cl
+          JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) cl.relnamespace
+         WHERE cl.oid OPERATOR(pg_catalog.=) tbl));
     RETURN n;
 END
 $$;
 
--- The event trigger remembers a table given a lockfence row trigger.
-CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
-RETURNS event_trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    tg oid;
-    rel oid;
-BEGIN
-    FOR tg IN
-        SELECT t.oid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-    LOOP
-        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
-            PERFORM lockfence.check_trigger(tg);
-        ELSE
-            -- A restore (pg_dump and pg_restore set check_function_bodies =
-            -- off) recreates the trigger as it was, even a broken one: it
-            -- refuses every write, as it did in the source, where the table
-            -- without it would accept any.  lockfence.check() reports it.
-            -- Not a trigger of the wrong shape (a WHEN condition, a column
-            -- list, not BEFORE, an event missing, a statement trigger other
-            -- than TRUNCATE): it would not fire for some writes, and no
-            -- source could have had it (it was refused there).
-            IF NOT EXISTS (
-                SELECT FROM pg_catalog.pg_trigger t
-                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
-                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
-                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
-                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
-                PERFORM lockfence.check_trigger(tg);
-            END IF;
-            BEGIN
-                PERFORM lockfence.check_trigger(tg);
-            EXCEPTION WHEN OTHERS THEN
-                RAISE WARNING '%', SQLERRM
-                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
-                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
-            END;
-        END IF;
-    END LOOP;
-
-    FOR rel IN
-        SELECT DISTINCT c.objid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND c.objsubid = 0
-           AND r.relkind IN ('r', 'p', 'f')
-    LOOP
-        PERFORM lockfence.cover_descendants(rel);
-    END LOOP;
-
-    PERFORM lockfence.check_alter_table();
-
-    -- Remember the tables that got a lockfence row trigger of their own
-    -- (protect(), a trigger created by hand, a restore's post-data).
-    PERFORM lockfence.remember_protection(t.tgrelid, true)
-       FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-       JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-      WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-        AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
-END
-$$;
-
--- check() reports a remembered table without triggers
--- (protected_table_unguarded), and the new event trigger if it is missing.
+-- check() reports a listed table without triggers
+-- (protected_table_unguarded), a listed name that names no table
+-- (protected_table_missing), and the new event triggers if missing.
 CREATE OR REPLACE FUNCTION lockfence.check()
 RETURNS TABLE (severity text, finding text, detail text, hint text)
 LANGUAGE plpgsql
@@ -1039,21 +1028,36 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- A table lockfence remembers as protected with no lockfence trigger
-    -- left: restored without its triggers (a data-only restore, or one
-    -- without post-data; the registry is dumped with the data), or its
-    -- triggers dropped by hand.  One trigger missing is reported above.
+    -- A table listed as protected with no lockfence trigger left:
+    -- restored without its triggers (a data-only restore, or one without
+    -- post-data; the list is dumped with the data), or its triggers
+    -- dropped by hand.  One trigger missing is reported above.
     FOR r IN
-        SELECT p.tbl AS rel
+        SELECT p.tbl AS name
           FROM lockfence.protected_tables p
-          JOIN pg_catalog.pg_class c ON c.oid = p.tbl
-         WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
-                            WHERE x.tgrelid = p.tbl AND x.tgfoid = fence_fn)
-         ORDER BY p.tbl::pg_catalog.text
+         WHERE lockfence.protected_table_oid(p.tbl) IS NOT NULL
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid OPERATOR(pg_catalog.=) lockfence.protected_table_oid(p.tbl)
+                              AND x.tgfoid OPERATOR(pg_catalog.=) fence_fn)
+         ORDER BY p.tbl
     LOOP
         RETURN QUERY SELECT 'error', 'protected_table_unguarded',
-            pg_catalog.format('Table %s was protected by lockfence (lockfence.protected_tables remembers it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.', r.rel),
-            pg_catalog.format('SELECT lockfence.protect(%L, ...) again, with the arguments it was protected with; or, if it needs no protection, SELECT lockfence.unprotect(%L);', r.rel::text, r.rel::text);
+            pg_catalog.format('Table %s was protected by lockfence (lockfence.protected_tables lists it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.', r.name),
+            pg_catalog.format('SELECT lockfence.protect(%L, ...) again, with the arguments it was protected with; or, if it needs no protection, SELECT lockfence.unprotect(%L);', r.name, r.name);
+    END LOOP;
+
+    -- A listed name that names no table: the table was dropped or renamed
+    -- while the event triggers were disabled, or left out of the dump
+    -- (pg_dump -T, -N) this database was restored from.
+    FOR r IN
+        SELECT p.tbl AS name
+          FROM lockfence.protected_tables p
+         WHERE lockfence.protected_table_oid(p.tbl) IS NULL
+         ORDER BY p.tbl
+    LOOP
+        RETURN QUERY SELECT 'warning', 'protected_table_missing',
+            pg_catalog.format('Table %s is listed as protected but does not exist: dropped or renamed while lockfence''s event triggers were disabled, or left out of the dump this database was restored from.', r.name),
+            pg_catalog.format('If it is gone for good: SELECT lockfence.sync_protected_tables(forget => ARRAY[%L]);', r.name);
     END LOOP;
 
     -- Descendants of protected tables without the protected ancestor's
@@ -1133,7 +1137,8 @@ BEGIN
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
                        ('lockfence_forget_dropped_tables', 'A'),
-                       ('lockfence_guard_drop', 'A')) AS v(evtname, want)
+                       ('lockfence_guard_drop', 'A'),
+                       ('lockfence_track_protected_tables', 'A')) AS v(evtname, want)
           LEFT JOIN (pg_catalog.pg_event_trigger e
                      JOIN pg_catalog.pg_depend d
                        ON d.classid = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass
@@ -1200,12 +1205,4 @@ $$;
 
 -- The tables protected now: those with a lockfence row trigger of their
 -- own (partitions' cloned row triggers are their parent's).
-INSERT INTO lockfence.protected_tables (tbl)
-SELECT DISTINCT t.tgrelid::pg_catalog.regclass
-  FROM pg_catalog.pg_trigger t
-  JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
- WHERE t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-   AND t.tgparentid = 0
-   AND (t.tgtype::int & 1) = 1
-   AND c.relpersistence <> 't'
-    ON CONFLICT (tbl) DO NOTHING;
+SELECT lockfence.sync_protected_tables();
