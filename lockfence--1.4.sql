@@ -459,6 +459,113 @@ $$;
 COMMENT ON FUNCTION lockfence.check_alter_table() IS
     'Refuse or cover ALTER TABLE subcommands that write rows unfenced';
 
+-- The tables lockfence protects (issue 17, item 10): the name of each
+-- table with a lockfence row trigger of its own, added when the trigger is
+-- created (by protect(), by hand, or by a restore's post-data) and removed
+-- by unprotect() and when the table is dropped; a rename or a move to
+-- another schema lists the new name.  Dumped with the data, so that after
+-- a restore that did not bring the triggers (a data-only restore, or one
+-- without post-data) check() reports the table.  The name is text (the
+-- schema-qualified, quoted name), not regclass: a dump that leaves a
+-- listed table out (pg_dump -T, -N) restores as any other.  Written only
+-- through sync_protected_tables(), which records what is true.
+CREATE TABLE lockfence.protected_tables (
+    tbl          text PRIMARY KEY,
+    protected_at timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp()
+);
+
+COMMENT ON TABLE lockfence.protected_tables IS
+    'Tables protected by lockfence, remembered across dump and restore (for check())';
+
+REVOKE ALL ON lockfence.protected_tables FROM PUBLIC;
+GRANT SELECT ON lockfence.protected_tables TO PUBLIC;
+
+-- (dumped with the data: marked at the end of this script, in the order
+-- an update from 1.3 marks it)
+
+-- The table a listed name names, NULL if none.  Not to_regclass(): that
+-- needs USAGE on the schema, and check() runs with the caller's rights.
+CREATE FUNCTION lockfence.protected_table_oid(name text)
+RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$
+SELECT c.oid
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident(name))[1]
+   AND c.relname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident(name))[2]
+$$;
+
+COMMENT ON FUNCTION lockfence.protected_table_oid(text) IS
+    'The table a name of lockfence.protected_tables names, NULL if none';
+
+-- Add the name of every table with a lockfence row trigger of its own;
+-- remove the names in forget that are gone, or that name a table without
+-- one that the caller owns; after a rename (renamed), remove the names
+-- that no longer name a table.  Anything else is left as it is.
+CREATE FUNCTION lockfence.sync_protected_tables(forget text[] DEFAULT NULL,
+                                                renamed boolean DEFAULT false)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_sync_protected_tables'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION lockfence.sync_protected_tables(text[], boolean) IS
+    'Keep lockfence.protected_tables true to the tables and their triggers';
+
+-- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
+-- OWNED, ...) by name.
+CREATE FUNCTION lockfence.forget_dropped_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    gone text[];
+BEGIN
+    gone := ARRAY(SELECT o.object_identity
+                    FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
+                   WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND o.objsubid = 0
+                     AND o.object_identity IN (SELECT p.tbl FROM lockfence.protected_tables AS p));
+    IF pg_catalog.cardinality(gone) > 0 THEN
+        PERFORM lockfence.sync_protected_tables(forget => gone);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.forget_dropped_tables() IS
+    'Forget dropped tables in lockfence.protected_tables';
+
+CREATE EVENT TRIGGER lockfence_forget_dropped_tables ON sql_drop
+    EXECUTE FUNCTION lockfence.forget_dropped_tables();
+
+ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
+
+-- List the tables given a lockfence row trigger (protect(), by hand, a
+-- restore's post-data) and the new names of renamed or moved ones (ALTER
+-- TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME).
+CREATE FUNCTION lockfence.track_protected_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lockfence.sync_protected_tables(
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) 'CREATE TRIGGER');
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.track_protected_tables() IS
+    'List new protected tables and the new names of renamed ones in lockfence.protected_tables';
+
+CREATE EVENT TRIGGER lockfence_track_protected_tables ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
+                 'ALTER SCHEMA')
+    EXECUTE FUNCTION lockfence.track_protected_tables();
+
+ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE ALWAYS;
+
 -- Report a misused fence_trigger() when the trigger is created rather than
 -- at the first write (with check_function_bodies off, as in a restore, as
 -- a warning: the trigger fails closed), cover new partitions of protected tables, and refuse
@@ -578,6 +685,9 @@ BEGIN
        FROM pg_catalog.pg_trigger AS t
       WHERE t.tgrelid = tbl
         AND t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate');
+
+    -- The event trigger lists the table too, unless it is disabled.
+    PERFORM lockfence.sync_protected_tables();
 END
 $$;
 
@@ -821,6 +931,11 @@ BEGIN
                                   t.tgrelid::pg_catalog.regclass);
         n := n + 1;
     END LOOP;
+    PERFORM lockfence.sync_protected_tables(forget => ARRAY(
+        SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname)
+          FROM pg_catalog.pg_class cl
+          JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) cl.relnamespace
+         WHERE cl.oid OPERATOR(pg_catalog.=) tbl));
     RETURN n;
 END
 $$;
@@ -1107,6 +1222,38 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- A table listed as protected with no lockfence trigger left:
+    -- restored without its triggers (a data-only restore, or one without
+    -- post-data; the list is dumped with the data), or its triggers
+    -- dropped by hand.  One trigger missing is reported above.
+    FOR r IN
+        SELECT p.tbl AS name
+          FROM lockfence.protected_tables p
+         WHERE lockfence.protected_table_oid(p.tbl) IS NOT NULL
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                            WHERE x.tgrelid OPERATOR(pg_catalog.=) lockfence.protected_table_oid(p.tbl)
+                              AND x.tgfoid OPERATOR(pg_catalog.=) fence_fn)
+         ORDER BY p.tbl
+    LOOP
+        RETURN QUERY SELECT 'error', 'protected_table_unguarded',
+            pg_catalog.format('Table %s was protected by lockfence (lockfence.protected_tables lists it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.', r.name),
+            pg_catalog.format('SELECT lockfence.protect(%L, ...) again, with the arguments it was protected with; or, if it needs no protection, SELECT lockfence.unprotect(%L);', r.name, r.name);
+    END LOOP;
+
+    -- A listed name that names no table: the table was dropped or renamed
+    -- while the event triggers were disabled, or left out of the dump
+    -- (pg_dump -T, -N) this database was restored from.
+    FOR r IN
+        SELECT p.tbl AS name
+          FROM lockfence.protected_tables p
+         WHERE lockfence.protected_table_oid(p.tbl) IS NULL
+         ORDER BY p.tbl
+    LOOP
+        RETURN QUERY SELECT 'warning', 'protected_table_missing',
+            pg_catalog.format('Table %s is listed as protected but does not exist: dropped or renamed while lockfence''s event triggers were disabled, or left out of the dump this database was restored from.', r.name),
+            pg_catalog.format('If it is gone for good: SELECT lockfence.sync_protected_tables(forget => ARRAY[%L]);', r.name);
+    END LOOP;
+
     -- Descendants of protected tables without the protected ancestor's
     -- row trigger, or without its TRUNCATE trigger (copied by name).
     FOR r IN
@@ -1183,7 +1330,9 @@ BEGIN
         SELECT v.evtname, v.want, e.evtenabled
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
-                       ('lockfence_guard_drop', 'A')) AS v(evtname, want)
+                       ('lockfence_forget_dropped_tables', 'A'),
+                       ('lockfence_guard_drop', 'A'),
+                       ('lockfence_track_protected_tables', 'A')) AS v(evtname, want)
           LEFT JOIN (pg_catalog.pg_event_trigger e
                      JOIN pg_catalog.pg_depend d
                        ON d.classid = 'pg_catalog.pg_event_trigger'::pg_catalog.regclass
@@ -1617,3 +1766,7 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION lockfence.fences_table_problem() IS
     'What differs between lockfence.fences and the table as installed, NULL if nothing';
+
+-- issue 17 item 10: the registry of protected tables (created above) is
+-- dumped with the data.
+SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');

@@ -9,6 +9,9 @@
 # cluster.  In both copies the fence rows are kept exactly (the table is
 # marked with pg_extension_config_dump), stale tokens and other holders'
 # tokens are still rejected, and the triggers still protect the tables.
+# A restore that brings the data but not the triggers (without post-data,
+# or data only) brings lockfence's registry of protected tables, and
+# check() reports the tables (issue 17, item 10).
 
 use strict;
 use warnings;
@@ -56,6 +59,11 @@ my $triggers_query = q{
 	 WHERE tgfoid = 'lockfence.fence_trigger()'::regprocedure
 	 ORDER BY tgrelid::regclass::text, tgname};
 
+my $registry_query =
+  q{SELECT string_agg(tbl::text, ',' ORDER BY tbl::text) FROM lockfence.protected_tables};
+my $check_errors_query =
+  q{SELECT string_agg(finding || ': ' || detail, E'\n' ORDER BY detail) FROM lockfence.check() WHERE severity = 'error'};
+
 my $source_fences = $source->safe_psql('src', $fences_query);
 my $source_data = $source->safe_psql('src', $data_query);
 my $source_triggers = $source->safe_psql('src', $triggers_query);
@@ -86,6 +94,14 @@ sub check_copy
 		$source_data, "$label: protected data is restored");
 	is($node->safe_psql($db, $triggers_query),
 		$source_triggers, "$label: the protecting triggers are restored");
+	# lockfence remembers what it protects (issue 17, item 10): the
+	# registry's rows are restored (with --exit-on-error: no duplicate key
+	# when post-data's CREATE TRIGGER remembers the tables again), and
+	# check() finds nothing wrong.
+	is($node->safe_psql($db, $registry_query),
+		'public.accounts,public.items', "$label: the registry of protected tables is restored");
+	is($node->safe_psql($db, $check_errors_query),
+		'', "$label: check() reports no error");
 
 	like(
 		$sql_error->("SELECT lockfence.fence('shop', 19)"),
@@ -227,6 +243,92 @@ $target->command_ok(
 	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', 'broken', '-f', $broken_plain ],
 	'plain dump of the broken table restored with ON_ERROR_STOP');
 check_broken_copy($target, 'broken', 'broken, plain');
+
+# 4. A restore that brings the tables and their data but not their
+# triggers (issue 17, item 10): the registry of protected tables comes
+# with the data, so check() reports each protected table that lost its
+# triggers.  Nothing fires without the trigger, so a tokenless write is
+# accepted until lockfence.protect() runs again (the documented residual);
+# after that it is refused and check() is clean.
+sub check_unguarded_copy
+{
+	my ($node, $db, $label) = @_;
+
+	is($node->safe_psql($db, $triggers_query),
+		'', "$label: no lockfence trigger was restored");
+	is($node->safe_psql($db, $registry_query),
+		'public.accounts,public.items', "$label: the registry of protected tables is restored");
+	is( $node->safe_psql($db, $check_errors_query),
+		"protected_table_unguarded: Table public.accounts was protected by lockfence (lockfence.protected_tables lists it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.\n"
+		  . "protected_table_unguarded: Table public.items was protected by lockfence (lockfence.protected_tables lists it) but has no lockfence trigger: its writes are not fenced.  A restore without the triggers (data only, or without post-data) leaves a table so.",
+		"$label: check() reports both protected tables as unguarded");
+	like( $node->safe_psql($db,
+			"SELECT hint FROM lockfence.check() WHERE finding = 'protected_table_unguarded' ORDER BY detail LIMIT 1"),
+		qr/^SELECT lockfence\.protect\('public\.accounts', \.\.\.\) again/,
+		"$label: ... with protect() as the hint");
+	$node->safe_psql($db, "INSERT INTO items VALUES (90, 'tokenless', NULL)");
+	is($node->safe_psql($db, 'SELECT val FROM items WHERE id = 90'),
+		'tokenless', "$label: without its trigger, a tokenless INSERT is accepted");
+
+	$node->safe_psql($db, q{
+		SELECT lockfence.protect('items', resource => 'shop', token_column => 'token');
+		SELECT lockfence.protect('accounts', resource_column => 'name', resource_prefix => 'acct:');
+	});
+	my ($r, $o, $e) = $node->psql($db, "\\set VERBOSITY verbose\nINSERT INTO items VALUES (91, 'tokenless', NULL)");
+	like($e, qr/ERROR:  LF002: write to protected table "items" carries no fencing token/,
+		"$label: protected again, a tokenless INSERT is refused");
+	($r, $o, $e) = $node->psql($db, "\\set VERBOSITY verbose\nUPDATE accounts SET balance = 0");
+	like($e, qr/ERROR:  LF002: write to protected table "accounts" carries no fencing token/,
+		"$label: ... and a tokenless UPDATE of the per-row table");
+	is($node->safe_psql($db, $check_errors_query),
+		'', "$label: protected again, check() reports no error");
+	is($node->safe_psql($db, 'SELECT count(*) FROM lockfence.protected_tables'),
+		'2', "$label: one registry row per table");
+	return;
+}
+
+$source->safe_psql('postgres', 'CREATE DATABASE nopost');
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--section=pre-data', '--section=data',
+	  '-d', 'nopost', $custom ],
+	'pg_restore --section=pre-data --section=data (no post-data)');
+check_unguarded_copy($source, 'nopost', 'restore without post-data');
+
+$source->safe_psql('postgres', 'CREATE DATABASE dataonly');
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--section=pre-data', '-d', 'dataonly', $custom ],
+	'pg_restore --section=pre-data (the schema without post-data)');
+is($source->safe_psql('dataonly', 'SELECT count(*) FROM lockfence.protected_tables'),
+	'0', 'schema only: the registry is empty');
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--data-only', '-d', 'dataonly', $custom ],
+	'pg_restore --data-only into it');
+check_unguarded_copy($source, 'dataonly', 'data-only restore');
+
+# 5. A dump that leaves out a protected table (pg_dump -T): its row of
+# lockfence.protected_tables is still in the data, and the restore must
+# not fail on it (--exit-on-error).  The restored table is listed and
+# guarded; check() reports the left-out table as missing (a warning) and
+# nothing else.
+my $partial = "$tempdir/partial.dump";
+$source->command_ok([ 'pg_dump', '-Fc', '-T', 'accounts', '-f', $partial, 'src' ],
+	'pg_dump -Fc -T accounts');
+$source->safe_psql('postgres', 'CREATE DATABASE partial');
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', 'partial', $partial ],
+	'pg_restore --exit-on-error of a dump without one protected table');
+is($source->safe_psql('partial', $registry_query),
+	'public.accounts,public.items',
+	'-T restore: the list holds the restored table and the left-out one');
+is( $source->safe_psql('partial',
+		q{SELECT string_agg(severity || ' ' || finding || ': ' || detail, E'\n' ORDER BY finding, detail)
+		    FROM lockfence.check() WHERE severity IN ('error', 'warning') AND finding <> 'not_preloaded'}),
+	"warning protected_table_missing: Table public.accounts is listed as protected but does not exist: dropped or renamed while lockfence's event triggers were disabled, or left out of the dump this database was restored from.",
+	'-T restore: check() reports the left-out table as missing, and nothing else');
+$source->safe_psql('partial', q{
+	SELECT lockfence.sync_protected_tables(forget => ARRAY['public.accounts'])});
+is($source->safe_psql('partial', $registry_query),
+	'public.items', '-T restore: the hint removes the missing name');
 
 # The source itself is unchanged by all this.
 is($source->safe_psql('src', $fences_query),

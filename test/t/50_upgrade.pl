@@ -173,6 +173,9 @@ for my $v (@released)
 	is($node->safe_psql($db,
 		"SELECT resource || '=' || token || '/' || coalesce(holder, '') FROM lockfence.fences"),
 		'orders=42/', "fences made at $v survive the update");
+	is($node->safe_psql($db,
+		"SELECT string_agg(tbl::text, ',') FROM lockfence.protected_tables"),
+		'public.orders', "the update from $v remembers the table protected at $v");
 	my ($ret, $out, $err) = $node->psql($db,
 		"UPDATE orders SET fence_token = 41 WHERE id = 1");
 	like($err, qr/stale fencing token/, "stale token still rejected after updating from $v");
