@@ -59,38 +59,11 @@ sub leases
 	return sort grep { /^[0-9a-f]+$/ } split /\n/, $out;
 }
 
-sub send_query
-{
-	my ($s, $sql) = @_;
-	$s->{stdin} .= "$sql\n";
-	$s->{run}->pump_nb;
-	return;
-}
+sub send_query { return LockfenceTest::EtcdCluster::send_raw(@_); }
 
-sub wait_for_error
-{
-	my ($s, $seconds) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		eval { $s->{run}->pump_nb; };
-		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
-		usleep(500);
-	}
-	return undef;
-}
+sub wait_for_error { return LockfenceTest::EtcdCluster::wait_for_error(@_); }
 
-sub poll_until
-{
-	my ($seconds, $code) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		return 1 if $code->();
-		usleep(20_000);
-	}
-	return $code->();
-}
+sub poll_until { return LockfenceTest::EtcdCluster::poll_until(@_, 0.02); }
 
 
 # The holder keeps the lock, so every waiter queues behind it.

@@ -51,40 +51,11 @@ sub keys_under
 	return grep { $_ ne '' } split /\n/, $out;
 }
 
-# Send SQL without waiting for its result.
-sub send_query
-{
-	my ($s, $sql) = @_;
-	$s->{stdin} .= "$sql\n";
-	$s->{run}->pump_nb;
-	return;
-}
+sub send_query { return LockfenceTest::EtcdCluster::send_raw(@_); }
 
-# The time the session's error arrived, or undef.
-sub wait_for_error
-{
-	my ($s, $seconds) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		eval { $s->{run}->pump_nb; };
-		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
-		usleep(500);
-	}
-	return undef;
-}
+sub wait_for_error { return LockfenceTest::EtcdCluster::wait_for_error(@_); }
 
-sub poll_until
-{
-	my ($seconds, $code) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		return 1 if $code->();
-		usleep(20_000);
-	}
-	return $code->();
-}
+sub poll_until { return LockfenceTest::EtcdCluster::poll_until(@_, 0.02); }
 
 # One sample: $prepare(session) runs with the member up; then the member
 # stops, $sql is sent, and must fail with 55P03 (detail matching

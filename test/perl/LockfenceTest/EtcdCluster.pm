@@ -969,24 +969,64 @@ sub peek_output
 
 =pod
 
-=item poll_until(seconds, code)
+=item poll_until(seconds, code, step)
 
-Call code every 50 ms until it returns true or the deadline passes;
-returns its last result.
+Call code every step seconds (default 0.05) until it returns true or the
+deadline passes; returns its last result.
 
 =cut
 
 sub poll_until
 {
-	my ($seconds, $code) = @_;
+	my ($seconds, $code, $step) = @_;
 	my $deadline = time + $seconds;
 	my $r;
 	while (1)
 	{
 		$r = $code->();
 		return $r if $r || time >= $deadline;
-		usleep(50_000);
+		usleep(int(($step // 0.05) * 1_000_000));
 	}
+}
+
+=pod
+
+=item send_raw(session, sql)
+
+Send SQL to a background session as it is, without a marker and without
+waiting for anything: for tests that time the call from the moment it
+was sent (wait_for_error).
+
+=cut
+
+sub send_raw
+{
+	my ($s, $sql) = @_;
+	$s->{stdin} .= "$sql\n";
+	$s->{run}->pump_nb;
+	return;
+}
+
+=pod
+
+=item wait_for_error(session, seconds)
+
+Pump a background session every 0.5 ms until its stderr shows an ERROR
+or FATAL; returns the time that was seen, or undef after seconds.
+
+=cut
+
+sub wait_for_error
+{
+	my ($s, $seconds) = @_;
+	my $deadline = time + $seconds;
+	while (time < $deadline)
+	{
+		eval { $s->{run}->pump_nb; };
+		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
+		usleep(500);
+	}
+	return undef;
 }
 
 =pod
