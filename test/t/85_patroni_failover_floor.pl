@@ -399,9 +399,15 @@ for my $round (1 .. $failovers)
 	my ($attempts, $window_accepted) = (0, 0);
 	my ($t_promoted, $t_first_floor, $t_honest, $honest_token);
 	my $stop_at = time + 240;
+	# The promotion's time, as a client sees it: checked before each write
+	# (and taken as passed once a write reached a writable server), so it
+	# is late by at most one statement.
+	my $check_promoted = sub {
+		$t_promoted //= time if !defined $t_promoted && in_recovery($standby) eq 'f';
+	};
 	for (my $i = 0; time < $stop_at; $i++)
 	{
-		$t_promoted //= time if in_recovery($standby) eq 'f';
+		$check_promoted->();
 		my ($r, $t) = @{ $rejected[ $i % @rejected ] };
 		my $class = (qw(fence try_fence insert))[ $i % 3 ];
 		my $sql = {
@@ -417,12 +423,15 @@ for my $round (1 .. $failovers)
 		$attempts++;
 		$window{$class}{$what}++;
 		$window_accepted++ if $what eq 'accepted';
+		$t_promoted //= time if $what =~ /^(LF004|LF001|accepted)$/;
 		$t_first_floor //= time if $what eq 'LF001';
 		if (!defined $t_honest)
 		{
+			$check_promoted->();
 			my ($hok, $hout) = psql_conn($rw,
 				"SELECT lockfence.etcd_lock_and_fence('lock-jobs-b', 'jobs-b', 30)");
 			($t_honest, $honest_token) = (time, $hout) if $hok && $hout =~ /^\d+$/;
+			$t_promoted //= $t_honest if defined $t_honest;
 		}
 		# Writers go on a little after the floor.
 		last if defined $t_honest && defined $t_first_floor

@@ -277,10 +277,14 @@ for my $round (1 .. $failovers)
 			note(sprintf('failover %d: repmgr-promote.sh started %.1f s after the kill',
 				$round, time - $t_kill));
 		}
-		if ($promote && !defined $t_promoted && in_recovery($standby) eq 'f')
-		{
-			$t_promoted = time;
-		}
+		# The promotion's time, as a client sees it: checked before each
+		# write (and taken as passed once a write reached a writable
+		# server), so it is late by at most one statement.
+		my $check_promoted = sub {
+			$t_promoted //= time
+			  if $promote && !defined $t_promoted && in_recovery($standby) eq 'f';
+		};
+		$check_promoted->();
 
 		# A superseded holder.
 		my ($r, $t) = @{ $rejected[ $i % @rejected ] };
@@ -298,16 +302,19 @@ for my $round (1 .. $failovers)
 		$attempts++;
 		$window{$class}{$what}++;
 		$accepted++ if $what eq 'accepted';
-		$t_floor //= time if $what eq 'LF001' && defined $t_promoted;
+		$t_promoted //= time if $what =~ /^(LF004|LF001|accepted)$/;
+		$t_floor //= time if $what eq 'LF001';
 
 		# The honest holder: a lock acquired now, and a write under it.
 		if (!defined $t_honest)
 		{
+			$check_promoted->();
 			my ($hok, $hout) = psql_conn($rw,
 				"SELECT lockfence.etcd_lock_and_fence('lock-jobs-a', 'jobs-a', 30)");
 			if ($hok && $hout =~ /^\d+$/)
 			{
 				($t_honest, $honest_token) = (time, $hout);
+				$t_promoted //= $t_honest;
 			}
 		}
 		# Writers go on a little after the floor.
