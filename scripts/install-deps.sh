@@ -25,6 +25,7 @@ packages=(
 	prometheus-postgres-exporter prometheus
 	pgbouncer
 	patroni python3-etcd
+	postgresql-15-repmgr repmgr	# test/t/90_repmgr_failover_floor.pl
 	openssl
 	pgbouncer
 	# the assert-enabled PostgreSQL of scripts/pg-assert.sh: apt-get source
