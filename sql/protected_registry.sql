@@ -146,5 +146,39 @@ SELECT finding FROM lockfence.check() WHERE severity IN ('error', 'warning') AND
 DROP SCHEMA rn1, rn3 CASCADE;
 SELECT count(*) FROM lockfence.protected_tables;
 
+-- The list is written as its owner: the caller's search_path must not
+-- choose what those statements call (sync_protected_tables() is declared
+-- with SET search_path).  An operator "=" of the caller's, ahead of
+-- pg_catalog's, that says whom it runs as:
+CREATE ROLE regress_reg_evil;
+CREATE SCHEMA regress_evil AUTHORIZATION regress_reg_evil;
+SET ROLE regress_reg_evil;
+CREATE FUNCTION regress_evil.oideq(a oid, b oid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_user OPERATOR(pg_catalog.<>) 'regress_reg_evil' THEN
+        RAISE EXCEPTION 'the caller''s operator ran as another role';
+    END IF;
+    RETURN a OPERATOR(pg_catalog.=) b;
+END
+$$;
+CREATE OPERATOR regress_evil.= (LEFTARG = oid, RIGHTARG = oid,
+                                FUNCTION = regress_evil.oideq);
+CREATE TABLE regress_evil.t (id int, token bigint);
+SELECT lockfence.protect('regress_evil.t', resource => 'evil');
+SET search_path = regress_evil, pg_catalog;
+SELECT lockfence.sync_protected_tables();
+RESET search_path;
+SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%evil%' ORDER BY 1;
+-- quote_all_identifiers does not change the names: unprotect() (which
+-- names its table with format('%I.%I')) still removes it from the list
+SET quote_all_identifiers = on;
+SELECT lockfence.unprotect('regress_evil.t');
+RESET quote_all_identifiers;
+RESET ROLE;
+SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%evil%' ORDER BY 1;
+DROP SCHEMA regress_evil CASCADE;
+DROP ROLE regress_reg_evil;
+
 -- leave the database as the next test expects it
 DROP EXTENSION lockfence;

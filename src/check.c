@@ -523,6 +523,17 @@ lockfence_etcd_status(PG_FUNCTION_ARGS)
 	"   AND t.tgparentid = 0 AND (t.tgtype::pg_catalog.int4 & 1) = 1"
 
 /*
+ * The names in sync_protected_tables' forget ($1), in the form the list
+ * holds them: quoted as quote_all_identifiers off quotes them, whatever
+ * the caller's setting quoted them as (object_identity, format('%I')).
+ */
+#define FORGET_NAMES \
+	"(SELECT CASE WHEN pg_catalog.array_length(i.p, 1) = 2" \
+	"   THEN pg_catalog.format('%I.%I', i.p[1], i.p[2]) ELSE u.x END" \
+	"   FROM pg_catalog.unnest($1) AS u(x)," \
+	"        pg_catalog.parse_ident(u.x, false) AS i(p))"
+
+/*
  * lockfence.sync_protected_tables(forget text[], renamed boolean)
  *
  * Keep lockfence.protected_tables, the tables lockfence lists as
@@ -551,7 +562,12 @@ lockfence_etcd_status(PG_FUNCTION_ARGS)
  *
  * The list is written as its owner, like the fences, so that the owner of
  * a table may protect it without owning the extension; what is written is
- * decided here, not by the caller.
+ * decided here, not by the caller.  So the caller's search_path must not
+ * choose what the statements call (an operator "=" of the caller's ahead
+ * of pg_catalog's would run as the list's owner): the SQL declaration
+ * sets search_path = pg_catalog, pg_temp.  Nor may quote_all_identifiers
+ * choose the form of the names: the statements run with it off, and the
+ * names to forget are put in that form (FORGET_NAMES).
  */
 Datum
 lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
@@ -565,6 +581,7 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {TEXTARRAYOID};
 	Datum		values[1];
 	uint64		added;
+	int			nestlevel;
 
 	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
 
@@ -581,6 +598,9 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 	registry_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("quote_all_identifiers", "off", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	SPI_connect();
 
 	/* As the caller: may it make lockfence forget these tables? */
@@ -589,7 +609,7 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 		if (SPI_execute_with_args("SELECT c.oid FROM lockfence.protected_tables p"
 								  "  JOIN pg_catalog.pg_class c"
 								  "    ON c.oid = lockfence.protected_table_oid(p.tbl)"
-								  " WHERE p.tbl = ANY ($1)"
+								  " WHERE p.tbl IN " FORGET_NAMES
 								  "   AND NOT EXISTS (" OWN_ROW_TRIGGER("c.oid") ")"
 								  "   AND NOT pg_catalog.pg_has_role(c.relowner, 'USAGE')"
 								  " ORDER BY p.tbl LIMIT 1",
@@ -631,7 +651,7 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 
 	if (!PG_ARGISNULL(0) &&
 		SPI_execute_with_args("DELETE FROM lockfence.protected_tables p"
-							  " WHERE p.tbl = ANY ($1)"
+							  " WHERE p.tbl IN " FORGET_NAMES
 							  "   AND NOT EXISTS (" OWN_ROW_TRIGGER("lockfence.protected_table_oid(p.tbl)") ")",
 							  1, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not write lockfence.protected_tables");
@@ -644,5 +664,6 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
 	PG_RETURN_VOID();
 }
