@@ -40,6 +40,7 @@ use Time::HiRes qw(usleep time);
 use File::Spec;
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Failover;
 
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
@@ -68,21 +69,7 @@ my $etcd_url = $locks->endpoints;
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
 # psql against one node or a connection string: (ok, stdout, stderr, sqlstate).
-sub psql_conn
-{
-	my ($conn, $sql, $timeout) = @_;
-	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run(
-		[
-			"$bindir/psql", '-X', '-A', '-t', '-q', '-d', $conn,
-			'-v', 'ON_ERROR_STOP=1', '-c', '\set VERBOSITY verbose', '-c', $sql
-		],
-		'>', \$out, '2>', \$err,
-		IPC::Run::timeout($timeout // 60));
-	chomp $out;
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($ok, $out, $err, $state // '');
-}
+sub psql_conn { return LockfenceTest::Failover::psql_conn($bindir, @_); }
 
 sub conn_of
 {
@@ -287,18 +274,8 @@ for my $round (1 .. $failovers)
 		$check_promoted->();
 
 		# A superseded holder.
-		my ($r, $t) = @{ $rejected[ $i % @rejected ] };
-		my $class = (qw(fence try_fence insert))[ $i % 3 ];
-		my $sql = {
-			fence => "SELECT lockfence.fence('$r', $t)",
-			try_fence => "SELECT CASE WHEN lockfence.try_fence('$r', $t) THEN 'accepted' ELSE 'refused' END",
-			insert => "INSERT INTO orders (token) VALUES ($last_orders_sup)",
-		}->{$class};
-		my ($ok, $out, $err, $state) = psql_conn($rw, $sql);
-		my $what = $ok ? ($out eq 'refused' ? 'LF001' : 'accepted')
-		  : $state ? $state
-		  : $err =~ /read-write|read-only|hot standby/ ? 'standby only'
-		  : 'no server';
+		my ($class, $what) = LockfenceTest::Failover::superseded_write($bindir,
+			$rw, \@rejected, $i, $last_orders_sup);
 		$attempts++;
 		$window{$class}{$what}++;
 		$accepted++ if $what eq 'accepted';
@@ -319,7 +296,7 @@ for my $round (1 .. $failovers)
 		}
 		# Writers go on a little after the floor.
 		last if defined $t_honest && defined $t_floor && time > $t_honest + 1 && time > $t_floor + 1;
-		usleep(20_000) unless $state eq 'LF004';
+		usleep(20_000) unless $what eq 'LF004';
 	}
 	ok($promote && $promote->finish, "failover $round: repmgr-promote.sh succeeded")
 	  or diag("repmgr-promote.sh:\n$promote_out$promote_err");
