@@ -35,6 +35,8 @@ packages=(
 	# the fuzzers (fuzz/run.sh): clang and libFuzzer with its sanitizer
 	# runtimes (-fsanitize=fuzzer needs libclang-rt-14-dev on Debian 12)
 	clang libclang-rt-14-dev
+	# Citus' build (scripts/citus.sh), for the Citus suites
+	liblz4-dev libzstd-dev libkrb5-dev libssl-dev
 )
 
 installed() {
