@@ -62,6 +62,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "citus_guard.h"
 #include "failover_guard.h"
 #include "lockfence.h"
 
@@ -265,6 +266,7 @@ lockfence_failover_guard(void)
 {
 	TimeLineID	tli;
 
+	lockfence_citus_guard_fences(); /* fences past Citus: docs/citus.md */
 	if (RecoveryInProgress())
 		return;
 	tli = GetWALInsertionTimeLine();

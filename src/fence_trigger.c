@@ -63,6 +63,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
+#include "citus_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
 
@@ -324,6 +325,7 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	FenceTriggerConfig *config;
 	char	   *values[NUM_KEYS] = {NULL};
 
+	lockfence_citus_guard_relation(rel);	/* rows not beside the fences */
 	fence_trigger_check_definition(trigger, rel);
 	fence_trigger_parse_args(trigger, values, mcxt);
 
