@@ -199,6 +199,22 @@ refused($coord, "SET citus.enable_unsafe_triggers = on; UPDATE orders SET token 
 is($coord->safe_psql('postgres', "SELECT id || ':' || qty || ':' || token FROM orders"), '6:1:9',
 	'the row is as it was put');
 
+# A shard move of a table carrying lockfence triggers is refused: the
+# new placement's trigger is validated on the node it moves to.  The
+# placement stays, and so does the refusal of writes.
+my ($other) = grep { $_->port != $acme_port } ($w1, $w2);
+my $acme_shardid = ($acme_shard =~ /_(\d+)$/)[0];
+refused($coord, "SELECT citus_move_shard_placement($acme_shardid, '127.0.0.1', $acme_port, '127.0.0.1', "
+	  . $other->port . ", shard_transfer_mode => 'block_writes')",
+	'0A000', qr/lockfence cannot protect shard "\Q$acme_shard\E" of Citus table "orders"/,
+	"moving acme's shard to " . $other->name . ' is refused');
+is($coord->safe_psql('postgres',
+		"SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $acme_shardid"),
+	$acme_port, 'the placement stays where it was');
+refused($coord, "SET citus.enable_unsafe_triggers = on; INSERT INTO orders VALUES ('acme', 7, 1, 6, 'old-holder')",
+	'0A000', qr/lockfence cannot protect shard "\Q$acme_shard\E" of Citus table "orders"/,
+	'after the refused move, the stale token 6 through the coordinator is still refused');
+
 # lockfence.check() on the coordinator still runs.
 succeeds($coord, 'SELECT count(*) FROM lockfence.check()', 'lockfence.check() runs on the coordinator');
 
