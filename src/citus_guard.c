@@ -25,7 +25,8 @@
  * looked up by name.  The answer is cached and dropped on any relcache
  * invalidation (CREATE and DROP EXTENSION citus create and drop those
  * tables, which invalidates), so a server without Citus pays one test of a
- * flag per check.
+ * flag per check; on a Citus node a local table found not to be a Citus
+ * table or shard is remembered until the next invalidation.
  *
  * IDENTIFICATION
  *	  src/citus_guard.c
@@ -43,6 +44,7 @@
 #include "catalog/pg_namespace.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -67,6 +69,16 @@ typedef struct CitusCatalog
 static CitusCatalog citus = {false};
 static bool citus_callback_registered = false;
 
+/*
+ * Relations found to be neither Citus tables nor shards, so that a local
+ * table on a Citus node pays one hash lookup per statement.  Emptied with
+ * the rest on any relcache invalidation: Citus invalidates the table's
+ * relcache entry when it changes pg_dist_partition or pg_dist_shard, which
+ * may make a cached local table a shard.  Only the verdict that lets
+ * writes through is cached; the others raise.
+ */
+static HTAB *citus_local_rels = NULL;
+
 static void
 citus_guard_invalidate(Datum arg, Oid relid)
 {
@@ -90,6 +102,11 @@ citus_guard_present(void)
 	}
 	citus.valid = true;
 	citus.fences_valid = false;
+	if (citus_local_rels != NULL)
+	{
+		hash_destroy(citus_local_rels);
+		citus_local_rels = NULL;
+	}
 	citus.partition_relid = get_relname_relid("pg_dist_partition",
 											  PG_CATALOG_NAMESPACE);
 	citus.present = OidIsValid(citus.partition_relid);
@@ -196,12 +213,16 @@ citus_guard_shard_owner(Relation rel)
 void
 lockfence_citus_guard_relation(Relation rel)
 {
+	Oid			relid = RelationGetRelid(rel);
 	Oid			owner;
 
 	if (likely(!citus_guard_present()))
 		return;
+	if (citus_local_rels != NULL &&
+		hash_search(citus_local_rels, &relid, HASH_FIND, NULL) != NULL)
+		return;
 
-	if (citus_guard_is_citus_table(RelationGetRelid(rel)))
+	if (citus_guard_is_citus_table(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("lockfence cannot protect Citus table \"%s\"",
@@ -222,6 +243,20 @@ lockfence_citus_guard_relation(Relation rel)
 				 errdetail("This node's lockfence.fences is not the one lockfence.fence() writes for the table's rows: a stale token could be accepted."),
 				 errhint(CITUS_GUARD_HINT)));
 	}
+
+	/* Not if an invalidation came in during the lookups: ask again. */
+	if (!citus.valid)
+		return;
+	if (citus_local_rels == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(Oid);
+		citus_local_rels = hash_create("lockfence Citus-local relations", 64,
+									   &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	(void) hash_search(citus_local_rels, &relid, HASH_ENTER, NULL);
 }
 
 void
