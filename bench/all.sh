@@ -19,7 +19,7 @@
 #	  is met.
 #
 #	  The whole output (every benchmark's, then the table) is saved as
-#	  bench/results/DATE-COMMIT[+dirty]-all[-quick][-runN].txt.
+#	  bench/results/DATE-COMMIT[-dirty]-all[-quick][-only-SUBSET][-runN].txt.
 #
 #	  Usage (as root):
 #	    PG_CONFIG=/opt/pg-NAME/usr/lib/postgresql/15/bin/pg_config bench/all.sh
@@ -79,6 +79,13 @@ TARGETS=(
 
 num_re='^-?[0-9]+(\.[0-9]+)?$'
 
+# A figure with 3 or 4 significant digits, never in exponent notation.
+fmt() {
+	awk -v x="$1" 'BEGIN { a = x < 0 ? -x : x
+		if (a >= 1000) printf "%.0f", x; else if (a >= 100) printf "%.1f", x
+		else if (a >= 10) printf "%.2f", x; else printf "%.3f", x }'
+}
+
 # table LOG...: the table of the targets from the RESULT lines of the logs;
 # returns 1 if any target failed or any RESULT line is missing.
 table() {
@@ -98,7 +105,7 @@ table() {
 		fi
 	done < <(cat "$@" 2>/dev/null | grep -a '^RESULT ' || true)
 
-	echo "| measure | target | median | spread (min-max) | n | |"
+	echo "| measure | target | median | spread (min to max) | n | |"
 	echo "|---|---|---|---|---|---|"
 	for t in "${TARGETS[@]}"; do
 		IFS='|' read -r id desc op target <<<"$t"
@@ -123,11 +130,11 @@ table() {
 		if [ "$n" = 1 ]; then
 			spread="(one run)"
 		else
-			spread=$(awk -v a="$lo" -v b="$hi" 'BEGIN { printf "%.3g-%.3g", a, b }')
+			spread="$(fmt "$lo") to $(fmt "$hi")"
 		fi
 		printf '| %s | %s | %s | %s | %s | %s |\n' "$desc" \
 			"$([ "$op" = info ] && echo "-" || echo "$op $target")" \
-			"$(awk -v m="$med" 'BEGIN { printf "%.3g", m }')" "$spread" "$n" "$verdict"
+			"$(fmt "$med")" "$spread" "$n" "$verdict"
 	done
 	return $failed
 }
@@ -149,6 +156,9 @@ fi
 DAY=$(date -u +%Y-%m-%d)
 mkdir -p "$HERE/results"
 BASE="$HERE/results/$DAY-${COMMIT/+/-}-all$([ "$QUICK" = 1 ] && echo -quick)"
+if [ "$ONLY" != "core multixact lease etcd" ]; then
+	BASE="$BASE-only-$(echo $ONLY | tr ' ' '-')"
+fi
 OUT=$BASE.txt
 k=2
 while [ -e "$OUT" ]; do
@@ -179,7 +189,7 @@ main() {
 	local rc=0 b st=0
 	: >"$WORK/runs.log"
 	local -a failed_runs=()
-	echo "lockfence bench/all.sh: commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), QUICK=$QUICK"
+	echo "lockfence bench/all.sh: commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), QUICK=$QUICK, ONLY=\"$ONLY\""
 	echo "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -srm)"
 
 	if [ -z "${PG_CONFIG:-}" ]; then
