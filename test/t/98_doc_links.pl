@@ -109,4 +109,28 @@ for my $page (@pages)
 }
 cmp_ok($links, '>', 100, "links checked: $links");
 
+# The files a user is told to run or load (`bash demo/run.sh`,
+# `monitoring/lockfence-alerts.yml`) exist: every repository path in a code
+# span of these pages (the other pages also name paths of PostgreSQL's
+# source tree and placeholders).
+my @path_pages = ('README.md', map { "docs/$_.md" }
+	  qw(README installation fencing leases protect etcd etcd-reference reference
+	  monitoring runbook ha operations security upgrading limitations contributing));
+for my $page (@path_pages)
+{
+	my $text = read_text("$top/$page");
+	next unless defined $text;
+	my @missing;
+	for my $span ($text =~ /`([^`\n]+)`/g)
+	{
+		for my $p ($span =~ m{(?<![\w/.-])((?:demo|test|scripts|monitoring|docs|bench|fuzz|src)/[A-Za-z0-9_./-]+)}g)
+		{
+			$p =~ s/\.$//;
+			push @missing, $p unless -e "$top/$p";
+		}
+	}
+	is_deeply(\@missing, [], "$page: every repository path it names exists")
+	  or diag join("\n", @missing);
+}
+
 done_testing();
