@@ -3,7 +3,9 @@
 # with #anchor needs a heading of the target page whose GitHub anchor is
 # that (lower case, punctuation dropped, spaces to hyphens, "-1", "-2"
 # for repeats), or an explicit <a id="..."> / <a name="...">.  Links in
-# code blocks and code spans are not links.  No server needed.
+# code blocks and code spans are not links.  Also: every repository path
+# (demo/run.sh, monitoring/...) that the user-facing pages name in a code
+# span exists.  No server needed.
 
 use strict;
 use warnings;
