@@ -8,11 +8,13 @@
  *	etcd_http.c		libcurl transport: curl multi driven by a WaitEventSet
  *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
  *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
- *	etcd_lease.c	lease RPCs: grant, keepalive, revoke
+ *	etcd_lease.c	lease RPCs: grant, keepalive, revoke (network calls only)
  *	etcd_session.c	session leases (one per TTL) and the locks held on them;
- *					transaction-scoped release; revocation at exit
- *	etcd_commit_check.c	the commit-time lock check
+ *					transaction-scoped release; revocation at exit; wraps
+ *					the lease RPCs that change what it tracks
+ *	etcd_commit_check.c	the commit-time lock check (its own xact callback)
  *	etcd_lock.c		the lock protocol (queue, unlock)
+ *	etcd_lock_key.c	the form of a lock key "<name>/<lease hex>"
  *	etcd_lock_wait.c	waiting for the predecessor with a synced watch
  *	etcd_lock_many.c	several locks taken by one call, all or nothing
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
@@ -263,13 +265,11 @@ pg_noreturn extern void etcd_malformed_reply(const char *what, const char *detai
 
 extern int64 etcd_lease_grant(int ttl, int *granted_ttl);
 extern bool etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet);
-extern bool etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
-									bool *found);
-extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
+extern bool etcd_lease_keepalive(int64 lease, int64 *ttl,
+								 TimestampTz *sent_at);
 extern EtcdHttpReq *etcd_lease_keepalive_start(int64 lease, long interval_ms);
 extern int64 etcd_lease_keepalive_finish(EtcdHttpReq *req);
 extern long etcd_cleanup_budget_ms(void);
-extern void etcd_lease_revoke_after_error(int64 lease);
 extern bool etcd_lease_delete_key(int64 lease, const char *key,
 								  long timeout_ms, bool quiet, bool *deleted);
 
@@ -277,6 +277,9 @@ extern bool etcd_lease_delete_key(int64 lease, const char *key,
 extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
 extern void etcd_session_track(int64 lease, int ttl, TimestampTz asked_at);
 extern void etcd_session_untrack(int64 lease);
+extern bool etcd_session_revoke(int64 lease, long timeout_ms, bool quiet);
+extern void etcd_session_revoke_after_error(int64 lease);
+extern bool etcd_session_keepalive(int64 lease, int64 *ttl);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
 extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
 extern bool etcd_session_renewal_due(int64 lease);
@@ -308,7 +311,7 @@ extern int	etcd_session_locks_to_check(bool all, EtcdCheckedLock **out);
 extern bool etcd_session_lost_in_xact(bool all, const char **key);
 
 /* etcd_commit_check.c */
-extern void etcd_commit_check(void);
+extern void etcd_commit_check_init(void);
 
 /* etcd_lock.c */
 
@@ -322,15 +325,17 @@ typedef struct EtcdLockResult
 } EtcdLockResult;
 
 extern void etcd_lock_check_args(const char *name, int ttl);
-extern char *etcd_prefix_end_b64(const char *prefix);
 extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
 							  bool try_only, EtcdLockResult *res);
 extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
-extern int64 etcd_lock_key_lease(const char *key);
 extern long etcd_acquire_cleanup_budget_ms(void);
+
+/* etcd_lock_key.c: the form of a lock key */
+extern char *etcd_prefix_end_b64(const char *prefix);
+extern int64 etcd_lock_key_lease(const char *key);
 pg_noreturn extern void etcd_report_lock_lost(const char *name,
 											const char *key,
 											const char *detail);

@@ -445,7 +445,7 @@ lockfence_etcd_keepalive(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid etcd lease ID " INT64_FORMAT, lease)));
-	if (!etcd_lease_keepalive(lease, &ttl))
+	if (!etcd_session_keepalive(lease, &ttl))
 	{
 		etcd_session_untrack(lease);
 		ereport(ERROR,
@@ -465,4 +465,5 @@ void
 lockfence_etcd_init(void)
 {
 	etcd_guc_init();
+	etcd_commit_check_init();
 }
