@@ -120,6 +120,8 @@ extern char *etcd_certfile;
 extern char *etcd_keyfile;
 extern char *etcd_user;
 extern const char *etcd_password(bool quiet);
+extern uint64 etcd_endpoints_generation;
+extern uint64 etcd_credentials_generation;
 extern void etcd_guc_init(void);
 
 /* etcd_http.c: one HTTP exchange, driven by the backend's wait loop */
@@ -200,7 +202,6 @@ pg_noreturn extern void etcd_call_deadline_report(const char *what,
 extern int	etcd_endpoint_count(void);
 extern const char *etcd_current_endpoint(void);
 extern void etcd_next_endpoint(void);
-extern void etcd_endpoints_changed(void);
 extern void etcd_retry_init(EtcdRetry *retry, long window_ms,
 							bool from_first_failure);
 extern bool etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at);
@@ -210,7 +211,6 @@ extern bool etcd_reply_fill_error(EtcdReply *reply, long http_code,
 extern EtcdErrorAction etcd_reply_error_action(EtcdReply *reply,
 											   bool may_reauth);
 extern const char *etcd_auth_token(bool quiet);
-extern void etcd_forget_auth_token(void);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
 extern bool etcd_call_as(const char *what, const char *path,

@@ -55,6 +55,14 @@ static int	cur_endpoint = 0;
 static char *auth_token = NULL;
 
 /*
+ * The settings generations (etcd_guc.c) cur_endpoint and auth_token were
+ * derived under: a change of lockfence.etcd_endpoints starts again from
+ * the first endpoint, a change of the credentials drops the token.
+ */
+static uint64 seen_endpoints_generation = 0;
+static uint64 seen_credentials_generation = 0;
+
+/*
  * The deadline of the waiting lock call in progress (its wait_timeout,
  * counted from the call), and the lock it is for; 0 when none.  Set and
  * restored by the call around everything it does (errors included), so a
@@ -63,13 +71,17 @@ static char *auth_token = NULL;
 static EtcdCallDeadline call_deadline = {0, NULL};
 
 /*
- * lockfence.etcd_endpoints changed (assign hook): start again from the
- * first endpoint.
+ * lockfence.etcd_endpoints changed since cur_endpoint was chosen: start
+ * again from the first endpoint.
  */
-void
-etcd_endpoints_changed(void)
+static void
+sync_endpoints(void)
 {
-	cur_endpoint = 0;
+	if (seen_endpoints_generation != etcd_endpoints_generation)
+	{
+		seen_endpoints_generation = etcd_endpoints_generation;
+		cur_endpoint = 0;
+	}
 }
 
 /*
@@ -91,6 +103,7 @@ etcd_current_endpoint(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lockfence.etcd_endpoints lists no endpoint")));
+	sync_endpoints();
 	return etcd_endpoint_list->url[cur_endpoint % etcd_endpoint_list->count];
 }
 
@@ -102,6 +115,7 @@ etcd_next_endpoint(void)
 {
 	int			n = etcd_endpoint_count();
 
+	sync_endpoints();
 	if (n > 0)
 		cur_endpoint = (cur_endpoint + 1) % n;
 }
@@ -239,7 +253,7 @@ etcd_retry_tls_exhausted(EtcdRetry *retry)
 /*
  * Forget the cached auth token (credentials changed, or etcd rejected it).
  */
-void
+static void
 etcd_forget_auth_token(void)
 {
 	if (auth_token)
@@ -1085,6 +1099,12 @@ etcd_auth_token(bool quiet)
 	bool		ok;
 	const char *password;
 
+	/* the credentials changed since the token was fetched: drop it */
+	if (seen_credentials_generation != etcd_credentials_generation)
+	{
+		seen_credentials_generation = etcd_credentials_generation;
+		etcd_forget_auth_token();
+	}
 	if (etcd_user == NULL || etcd_user[0] == '\0')
 		return NULL;
 	if (auth_token)
