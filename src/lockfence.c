@@ -20,6 +20,7 @@
 #include "fmgr.h"
 #include "utils/guc.h"
 
+#include "ddl_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
 
@@ -37,7 +38,7 @@ _PG_init(void)
 	fence_fastpath_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
-	lockfence_check_init();
+	ddl_guard_init();
 	lease_wait_init();
 
 	MarkGUCPrefixReserved("lockfence");
