@@ -111,7 +111,6 @@ typedef enum EtcdCheckAtCommit
 } EtcdCheckAtCommit;
 
 extern int	etcd_check_at_commit;
-extern char *etcd_endpoints;
 extern const EtcdEndpointList *etcd_endpoint_list;
 extern int	etcd_connect_timeout_ms;
 extern int	etcd_request_timeout_ms;
@@ -205,11 +204,8 @@ extern void etcd_next_endpoint(void);
 extern void etcd_retry_init(EtcdRetry *retry, long window_ms,
 							bool from_first_failure);
 extern bool etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at);
-extern bool etcd_retry_tls_exhausted(EtcdRetry *retry);
 extern bool etcd_reply_fill_error(EtcdReply *reply, long http_code,
 								  Jsonb *jb, const char *endpoint);
-extern EtcdErrorAction etcd_reply_error_action(EtcdReply *reply,
-											   bool may_reauth);
 extern const char *etcd_auth_token(bool quiet);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
@@ -217,15 +213,8 @@ extern bool etcd_call_as(const char *what, const char *path,
 						 const char *body, long timeout_ms, bool quiet,
 						 EtcdReply *reply);
 pg_noreturn extern void etcd_report_reply_error(const char *what, EtcdReply *reply);
-extern bool etcd_transient_failure(long http_code, int grpc_code,
-								   const char *error_text);
-extern long etcd_attempt_timeout(long timeout_ms, int n_endpoints);
-extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern bool etcd_reply_matches(const char *path, const char *request_body,
 							   Jsonb *jb, const char **why);
-pg_noreturn extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
-										const char *endpoint,
-										const char *detail);
 
 /* etcd_json.c */
 typedef enum EtcdFieldStatus
@@ -240,7 +229,6 @@ extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
 extern bool etcd_parse_reply_from(const char *body, int len, const char *what,
 								  const char *endpoint, Jsonb **result,
 								  const char **why);
-extern const char *etcd_reply_origin(const void *container);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern EtcdFieldStatus etcd_json_get_int64(JsonbContainer *c, const char *key,
 										   int64 *value);
@@ -285,12 +273,10 @@ extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
 extern bool etcd_session_renewal_due(int64 lease);
 extern void etcd_session_lease_lost(int64 lease, const char *what,
 									bool revoke);
-extern void etcd_session_retire(int64 lease);
 extern void etcd_session_lock_acquired(int64 lease, const char *key,
 									   int64 token);
 extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
 extern void etcd_session_lock_released(const char *key);
-extern bool etcd_session_lease_shared(int64 lease, const char *key);
 extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);

@@ -244,7 +244,7 @@ etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at)
  * After a TLS certificate failure: true when every endpoint has refused
  * once, so that retrying is pointless (certificates do not change).
  */
-bool
+static bool
 etcd_retry_tls_exhausted(EtcdRetry *retry)
 {
 	return ++retry->tls_failures >= retry->n_endpoints;
@@ -299,7 +299,7 @@ static const char *const transient_texts[] = {
  * timeouts) are retried too, except TLS certificate failures and replies
  * too large (call_transport_failed).
  */
-bool
+static bool
 etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
 {
 	int			i;
@@ -324,7 +324,7 @@ etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
  * whole timeout when there are other members to try: with several
  * endpoints, at least two of them get an attempt.
  */
-long
+static long
 etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 {
 	if (n_endpoints <= 1)
@@ -335,7 +335,7 @@ etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 /*
  * Raise the error for a request that got no usable HTTP answer.
  */
-void
+pg_noreturn static void
 etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 							const char *endpoint, const char *detail)
 {
@@ -387,7 +387,7 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
  * Does an error answer say that our auth token is not (or no longer)
  * valid?  The lock service reports it as code 2 with etcd's message.
  */
-bool
+static bool
 etcd_reply_auth_invalid(EtcdReply *reply)
 {
 	return reply->grpc_code == GRPC_UNAUTHENTICATED ||
@@ -472,7 +472,7 @@ etcd_reply_fill_error(EtcdReply *reply, long http_code, Jsonb *jb,
  * again; a failure that lasts only as long as a leader election is
  * retried; anything else is final.
  */
-EtcdErrorAction
+static EtcdErrorAction
 etcd_reply_error_action(EtcdReply *reply, bool may_reauth)
 {
 	if (may_reauth && etcd_reply_auth_invalid(reply))

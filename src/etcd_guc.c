@@ -32,7 +32,7 @@
 #include "etcd.h"
 #include "lockfence.h"
 
-char	   *etcd_endpoints = NULL;
+static char *etcd_endpoints = NULL;
 int			etcd_check_at_commit = ETCD_CHECK_LOCK_AND_FENCE;
 const EtcdEndpointList *etcd_endpoint_list = NULL;
 int			etcd_connect_timeout_ms = 2000;

@@ -94,17 +94,6 @@ find_origin(const void *p)
 }
 
 /*
- * The request a container's reply answered ("a request" if unknown).
- */
-const char *
-etcd_reply_origin(const void *container)
-{
-	const ReplyOrigin *o = find_origin(container);
-
-	return o ? o->what : "a request";
-}
-
-/*
  * Raise the error for a reply we cannot understand.  what names the
  * request; NULL means "a request".  Whatever connection brought the reply
  * is not trusted with another request: the pool is dropped first.

@@ -405,7 +405,7 @@ etcd_session_renewal_due(int64 lease)
  * Take no new locks on this lease (the member holding a lock request on
  * it stopped answering): the next lock of its TTL gets a new lease.
  */
-void
+static void
 etcd_session_retire(int64 lease)
 {
 	SessionLease *l = find_lease(lease);
@@ -598,7 +598,7 @@ etcd_session_lock_released(const char *key)
 /*
  * Does a lease hold locks besides key?
  */
-bool
+static bool
 etcd_session_lease_shared(int64 lease, const char *key)
 {
 	int			i;

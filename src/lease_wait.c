@@ -137,13 +137,6 @@ lease_wait_slot(const char *name)
 		LEASE_WAIT_SLOTS;
 }
 
-/* Is a release announced (true), or must waiters poll (false)? */
-bool
-lease_wait_announced(void)
-{
-	return lease_wait_shared != NULL;
-}
-
 /*
  * Start listening for releases of name.  Call before looking at the fence
  * row, then lease_wait_sleep() as often as needed, then lease_wait_done().
