@@ -23,6 +23,7 @@
 #include "ddl_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
+#include "shmem_hooks.h"
 
 PG_MODULE_MAGIC;
 
@@ -40,6 +41,7 @@ _PG_init(void)
 	lockfence_etcd_init();
 	ddl_guard_init();
 	lease_wait_init();
+	lockfence_shmem_init();
 
 	MarkGUCPrefixReserved("lockfence");
 }
