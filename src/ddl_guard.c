@@ -338,6 +338,9 @@ count_protected_tables(char **example)
  * ALTER EXTENSION lockfence DROP (after which its members could be dropped
  * one by one) is refused while tables are protected, and renaming the
  * extension's schema always: its functions name it.
+ *
+ * (Over 80 lines, kept whole: a dispatch on the statement's kind whose
+ * length is its error reports; the work is in the helpers above.)
  */
 Datum
 lockfence_guard_drop(PG_FUNCTION_ARGS)

@@ -969,6 +969,47 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 }
 
 /*
+ * A non-quiet request made while a call's deadline is in force gets at
+ * most what is left of it (see etcd_call_as): shorten *timeout_ms to that,
+ * returning true when it did; raise 55P03 if nothing is left.
+ */
+static bool
+cut_to_call_deadline(const char *what, const char *path, long *timeout_ms)
+{
+	long		left;
+
+	if (call_deadline.at == 0)
+		return false;
+	left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
+	if (left <= 0)
+		etcd_call_deadline_report(what ? what : request_label(path),
+								  NULL, NULL);
+	if (left >= *timeout_ms)
+		return false;
+	*timeout_ms = left;
+	return true;
+}
+
+/*
+ * Raise the error of a non-quiet request whose retries ran out: 55P03 if
+ * they ran out at the call's deadline (cut), not the request's; else the
+ * last error answer, or the last transport failure.
+ */
+pg_noreturn static void
+call_exhausted(const char *what, const char *path, bool cut,
+			   EtcdReply *reply, EtcdHttpStatus last_st,
+			   const char *last_endpoint, const char *last_err)
+{
+	if (cut)
+		etcd_call_deadline_report(what ? what : request_label(path),
+								  last_err ? last_err : "no detail",
+								  last_endpoint);
+	if (reply->http_code != 0 && reply->http_code != 200)
+		etcd_report_reply_error(path, reply);
+	etcd_report_transport_error(path, last_st, last_endpoint, last_err);
+}
+
+/*
  * etcd_call, for a request described as what (NULL: from its path) in
  * the 55P03 of a call cut by its wait_timeout.
  *
@@ -994,20 +1035,8 @@ etcd_call_as(const char *what, const char *path, const char *body,
 	TimestampTz retry_at;
 
 	memset(reply, 0, sizeof(EtcdReply));
-	if (!quiet && call_deadline.at != 0)
-	{
-		long		left;
-
-		left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
-		if (left <= 0)
-			etcd_call_deadline_report(what ? what : request_label(path),
-									  NULL, NULL);
-		if (left < timeout_ms)
-		{
-			timeout_ms = left;
-			cut = true;
-		}
-	}
+	if (!quiet)
+		cut = cut_to_call_deadline(what, path, &timeout_ms);
 	etcd_retry_init(&retry, timeout_ms, false);
 	attempt_ms = etcd_attempt_timeout(timeout_ms, retry.n_endpoints);
 
@@ -1074,15 +1103,7 @@ etcd_call_as(const char *what, const char *path, const char *body,
 		memset(reply, 0, sizeof(EtcdReply));
 		return false;
 	}
-	/* the retries ran out at the call's deadline, not the request's */
-	if (cut)
-		etcd_call_deadline_report(what ? what : request_label(path),
-								  last_err ? last_err : "no detail",
-								  last_endpoint);
-	if (reply->http_code != 0 && reply->http_code != 200)
-		etcd_report_reply_error(path, reply);
-	etcd_report_transport_error(path, last_st, last_endpoint, last_err);
-	return false;				/* not reached */
+	call_exhausted(what, path, cut, reply, last_st, last_endpoint, last_err);
 }
 
 /*

@@ -134,6 +134,10 @@ malformed_in(const void *container, const char *detail)
  * non-ASCII \u escapes (their conversion raises an error).  Nothing that
  * etcd sends comes near these limits.  Returns NULL when the body may be
  * parsed, else why not.
+ *
+ * (Over 80 lines, kept whole: one scan of the bytes, a small state
+ * machine over strings, escapes and numbers, whose states are clearer
+ * together than spread over helpers.)
  */
 static const char *
 untame_reply(const char *body, int len)

@@ -388,6 +388,10 @@ remove_queued_key(int64 lease, const char *key, bool fresh)
 /*
  * etcd_lock_acquire, within the call's deadline (0: none), which every
  * request of the call is cut at (see etcd_lock_acquire).
+ *
+ * (Over 80 lines, kept whole: the protocol's steps, lease, queue, wait,
+ * read-back, in order under the one PG_TRY that releases what they left
+ * on any error; the steps themselves are the helpers above.)
  */
 static bool
 acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
