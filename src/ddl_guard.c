@@ -41,6 +41,7 @@
 #include "utils/memutils.h"
 
 #include "ddl_guard.h"
+#include "lockfence_schema.h"
 
 /* lockfence.allow_drop_protected: drop protections with the extension. */
 static bool allow_drop_protected = false;
@@ -373,8 +374,7 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 
 		if (stmt->renameType != OBJECT_SCHEMA)
 			PG_RETURN_VOID();
-		/* not relocatable: the extension's schema is lockfence (control file) */
-		nsp = get_namespace_oid("lockfence", true);
+		nsp = lockfence_schema_oid();
 		if (OidIsValid(nsp) && get_namespace_oid(stmt->subname, true) == nsp)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

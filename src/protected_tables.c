@@ -22,6 +22,8 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "lockfence_schema.h"
+
 PG_FUNCTION_INFO_V1(lockfence_sync_protected_tables);
 
 /*
@@ -101,8 +103,7 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 
 	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
 
-	registry = get_relname_relid("protected_tables",
-								 get_namespace_oid("lockfence", false));
+	registry = lockfence_relid("protected_tables");
 	if (!OidIsValid(registry))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
