@@ -8,11 +8,13 @@
  *	etcd_http.c		libcurl transport: curl multi driven by a WaitEventSet
  *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
  *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
- *	etcd_lease.c	lease RPCs: grant, keepalive, revoke
+ *	etcd_lease.c	lease RPCs: grant, keepalive, revoke (network calls only)
  *	etcd_session.c	session leases (one per TTL) and the locks held on them;
- *					transaction-scoped release; revocation at exit
- *	etcd_commit_check.c	the commit-time lock check
+ *					transaction-scoped release; revocation at exit; wraps
+ *					the lease RPCs that change what it tracks
+ *	etcd_commit_check.c	the commit-time lock check (its own xact callback)
  *	etcd_lock.c		the lock protocol (queue, unlock)
+ *	etcd_lock_key.c	the form of a lock key "<name>/<lease hex>"
  *	etcd_lock_wait.c	waiting for the predecessor with a synced watch
  *	etcd_lock_many.c	several locks taken by one call, all or nothing
  *	etcd_sql.c		the SQL-callable functions lockfence.etcd_*
@@ -109,7 +111,6 @@ typedef enum EtcdCheckAtCommit
 } EtcdCheckAtCommit;
 
 extern int	etcd_check_at_commit;
-extern char *etcd_endpoints;
 extern const EtcdEndpointList *etcd_endpoint_list;
 extern int	etcd_connect_timeout_ms;
 extern int	etcd_request_timeout_ms;
@@ -118,6 +119,8 @@ extern char *etcd_certfile;
 extern char *etcd_keyfile;
 extern char *etcd_user;
 extern const char *etcd_password(bool quiet);
+extern uint64 etcd_endpoints_generation;
+extern uint64 etcd_credentials_generation;
 extern void etcd_guc_init(void);
 
 /* etcd_http.c: one HTTP exchange, driven by the backend's wait loop */
@@ -198,32 +201,20 @@ pg_noreturn extern void etcd_call_deadline_report(const char *what,
 extern int	etcd_endpoint_count(void);
 extern const char *etcd_current_endpoint(void);
 extern void etcd_next_endpoint(void);
-extern void etcd_endpoints_changed(void);
 extern void etcd_retry_init(EtcdRetry *retry, long window_ms,
 							bool from_first_failure);
 extern bool etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at);
-extern bool etcd_retry_tls_exhausted(EtcdRetry *retry);
 extern bool etcd_reply_fill_error(EtcdReply *reply, long http_code,
 								  Jsonb *jb, const char *endpoint);
-extern EtcdErrorAction etcd_reply_error_action(EtcdReply *reply,
-											   bool may_reauth);
 extern const char *etcd_auth_token(bool quiet);
-extern void etcd_forget_auth_token(void);
 extern bool etcd_call(const char *path, const char *body, long timeout_ms,
 					  bool quiet, EtcdReply *reply);
 extern bool etcd_call_as(const char *what, const char *path,
 						 const char *body, long timeout_ms, bool quiet,
 						 EtcdReply *reply);
 pg_noreturn extern void etcd_report_reply_error(const char *what, EtcdReply *reply);
-extern bool etcd_transient_failure(long http_code, int grpc_code,
-								   const char *error_text);
-extern long etcd_attempt_timeout(long timeout_ms, int n_endpoints);
-extern bool etcd_reply_auth_invalid(EtcdReply *reply);
 extern bool etcd_reply_matches(const char *path, const char *request_body,
 							   Jsonb *jb, const char **why);
-pg_noreturn extern void etcd_report_transport_error(const char *what, EtcdHttpStatus st,
-										const char *endpoint,
-										const char *detail);
 
 /* etcd_json.c */
 typedef enum EtcdFieldStatus
@@ -238,7 +229,6 @@ extern bool etcd_parse_reply(const char *body, int len, Jsonb **result);
 extern bool etcd_parse_reply_from(const char *body, int len, const char *what,
 								  const char *endpoint, Jsonb **result,
 								  const char **why);
-extern const char *etcd_reply_origin(const void *container);
 extern JsonbContainer *etcd_json_object(JsonbContainer *c, const char *key);
 extern EtcdFieldStatus etcd_json_get_int64(JsonbContainer *c, const char *key,
 										   int64 *value);
@@ -263,13 +253,11 @@ pg_noreturn extern void etcd_malformed_reply(const char *what, const char *detai
 
 extern int64 etcd_lease_grant(int ttl, int *granted_ttl);
 extern bool etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet);
-extern bool etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
-									bool *found);
-extern bool etcd_lease_keepalive(int64 lease, int64 *ttl);
+extern bool etcd_lease_keepalive(int64 lease, int64 *ttl,
+								 TimestampTz *sent_at);
 extern EtcdHttpReq *etcd_lease_keepalive_start(int64 lease, long interval_ms);
 extern int64 etcd_lease_keepalive_finish(EtcdHttpReq *req);
 extern long etcd_cleanup_budget_ms(void);
-extern void etcd_lease_revoke_after_error(int64 lease);
 extern bool etcd_lease_delete_key(int64 lease, const char *key,
 								  long timeout_ms, bool quiet, bool *deleted);
 
@@ -277,17 +265,18 @@ extern bool etcd_lease_delete_key(int64 lease, const char *key,
 extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);
 extern void etcd_session_track(int64 lease, int ttl, TimestampTz asked_at);
 extern void etcd_session_untrack(int64 lease);
+extern bool etcd_session_revoke(int64 lease, long timeout_ms, bool quiet);
+extern void etcd_session_revoke_after_error(int64 lease);
+extern bool etcd_session_keepalive(int64 lease, int64 *ttl);
 extern void etcd_session_lease_renewed(int64 lease, TimestampTz sent_at);
 extern TimestampTz etcd_session_lease_renewed_at(int64 lease);
 extern bool etcd_session_renewal_due(int64 lease);
 extern void etcd_session_lease_lost(int64 lease, const char *what,
 									bool revoke);
-extern void etcd_session_retire(int64 lease);
 extern void etcd_session_lock_acquired(int64 lease, const char *key,
 									   int64 token);
 extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
 extern void etcd_session_lock_released(const char *key);
-extern bool etcd_session_lease_shared(int64 lease, const char *key);
 extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);
@@ -308,7 +297,7 @@ extern int	etcd_session_locks_to_check(bool all, EtcdCheckedLock **out);
 extern bool etcd_session_lost_in_xact(bool all, const char **key);
 
 /* etcd_commit_check.c */
-extern void etcd_commit_check(void);
+extern void etcd_commit_check_init(void);
 
 /* etcd_lock.c */
 
@@ -322,15 +311,17 @@ typedef struct EtcdLockResult
 } EtcdLockResult;
 
 extern void etcd_lock_check_args(const char *name, int ttl);
-extern char *etcd_prefix_end_b64(const char *prefix);
 extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
 							  bool try_only, EtcdLockResult *res);
 extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
 										  bool keep_lease);
 extern bool etcd_unlock_key(const char *key, bool force);
-extern int64 etcd_lock_key_lease(const char *key);
 extern long etcd_acquire_cleanup_budget_ms(void);
+
+/* etcd_lock_key.c: the form of a lock key */
+extern char *etcd_prefix_end_b64(const char *prefix);
+extern int64 etcd_lock_key_lease(const char *key);
 pg_noreturn extern void etcd_report_lock_lost(const char *name,
 											const char *key,
 											const char *detail);

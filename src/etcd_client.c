@@ -55,6 +55,14 @@ static int	cur_endpoint = 0;
 static char *auth_token = NULL;
 
 /*
+ * The settings generations (etcd_guc.c) cur_endpoint and auth_token were
+ * derived under: a change of lockfence.etcd_endpoints starts again from
+ * the first endpoint, a change of the credentials drops the token.
+ */
+static uint64 seen_endpoints_generation = 0;
+static uint64 seen_credentials_generation = 0;
+
+/*
  * The deadline of the waiting lock call in progress (its wait_timeout,
  * counted from the call), and the lock it is for; 0 when none.  Set and
  * restored by the call around everything it does (errors included), so a
@@ -63,13 +71,17 @@ static char *auth_token = NULL;
 static EtcdCallDeadline call_deadline = {0, NULL};
 
 /*
- * lockfence.etcd_endpoints changed (assign hook): start again from the
- * first endpoint.
+ * lockfence.etcd_endpoints changed since cur_endpoint was chosen: start
+ * again from the first endpoint.
  */
-void
-etcd_endpoints_changed(void)
+static void
+sync_endpoints(void)
 {
-	cur_endpoint = 0;
+	if (seen_endpoints_generation != etcd_endpoints_generation)
+	{
+		seen_endpoints_generation = etcd_endpoints_generation;
+		cur_endpoint = 0;
+	}
 }
 
 /*
@@ -91,6 +103,7 @@ etcd_current_endpoint(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lockfence.etcd_endpoints lists no endpoint")));
+	sync_endpoints();
 	return etcd_endpoint_list->url[cur_endpoint % etcd_endpoint_list->count];
 }
 
@@ -102,6 +115,7 @@ etcd_next_endpoint(void)
 {
 	int			n = etcd_endpoint_count();
 
+	sync_endpoints();
 	if (n > 0)
 		cur_endpoint = (cur_endpoint + 1) % n;
 }
@@ -230,7 +244,7 @@ etcd_retry_next(EtcdRetry *retry, TimestampTz *retry_at)
  * After a TLS certificate failure: true when every endpoint has refused
  * once, so that retrying is pointless (certificates do not change).
  */
-bool
+static bool
 etcd_retry_tls_exhausted(EtcdRetry *retry)
 {
 	return ++retry->tls_failures >= retry->n_endpoints;
@@ -239,7 +253,7 @@ etcd_retry_tls_exhausted(EtcdRetry *retry)
 /*
  * Forget the cached auth token (credentials changed, or etcd rejected it).
  */
-void
+static void
 etcd_forget_auth_token(void)
 {
 	if (auth_token)
@@ -285,7 +299,7 @@ static const char *const transient_texts[] = {
  * timeouts) are retried too, except TLS certificate failures and replies
  * too large (call_transport_failed).
  */
-bool
+static bool
 etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
 {
 	int			i;
@@ -310,7 +324,7 @@ etcd_transient_failure(long http_code, int grpc_code, const char *error_text)
  * whole timeout when there are other members to try: with several
  * endpoints, at least two of them get an attempt.
  */
-long
+static long
 etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 {
 	if (n_endpoints <= 1)
@@ -321,7 +335,7 @@ etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 /*
  * Raise the error for a request that got no usable HTTP answer.
  */
-void
+pg_noreturn static void
 etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 							const char *endpoint, const char *detail)
 {
@@ -373,7 +387,7 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
  * Does an error answer say that our auth token is not (or no longer)
  * valid?  The lock service reports it as code 2 with etcd's message.
  */
-bool
+static bool
 etcd_reply_auth_invalid(EtcdReply *reply)
 {
 	return reply->grpc_code == GRPC_UNAUTHENTICATED ||
@@ -458,7 +472,7 @@ etcd_reply_fill_error(EtcdReply *reply, long http_code, Jsonb *jb,
  * again; a failure that lasts only as long as a leader election is
  * retried; anything else is final.
  */
-EtcdErrorAction
+static EtcdErrorAction
 etcd_reply_error_action(EtcdReply *reply, bool may_reauth)
 {
 	if (may_reauth && etcd_reply_auth_invalid(reply))
@@ -955,6 +969,47 @@ etcd_call(const char *path, const char *body, long timeout_ms, bool quiet,
 }
 
 /*
+ * A non-quiet request made while a call's deadline is in force gets at
+ * most what is left of it (see etcd_call_as): shorten *timeout_ms to that,
+ * returning true when it did; raise 55P03 if nothing is left.
+ */
+static bool
+cut_to_call_deadline(const char *what, const char *path, long *timeout_ms)
+{
+	long		left;
+
+	if (call_deadline.at == 0)
+		return false;
+	left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
+	if (left <= 0)
+		etcd_call_deadline_report(what ? what : request_label(path),
+								  NULL, NULL);
+	if (left >= *timeout_ms)
+		return false;
+	*timeout_ms = left;
+	return true;
+}
+
+/*
+ * Raise the error of a non-quiet request whose retries ran out: 55P03 if
+ * they ran out at the call's deadline (cut), not the request's; else the
+ * last error answer, or the last transport failure.
+ */
+pg_noreturn static void
+call_exhausted(const char *what, const char *path, bool cut,
+			   EtcdReply *reply, EtcdHttpStatus last_st,
+			   const char *last_endpoint, const char *last_err)
+{
+	if (cut)
+		etcd_call_deadline_report(what ? what : request_label(path),
+								  last_err ? last_err : "no detail",
+								  last_endpoint);
+	if (reply->http_code != 0 && reply->http_code != 200)
+		etcd_report_reply_error(path, reply);
+	etcd_report_transport_error(path, last_st, last_endpoint, last_err);
+}
+
+/*
  * etcd_call, for a request described as what (NULL: from its path) in
  * the 55P03 of a call cut by its wait_timeout.
  *
@@ -980,20 +1035,8 @@ etcd_call_as(const char *what, const char *path, const char *body,
 	TimestampTz retry_at;
 
 	memset(reply, 0, sizeof(EtcdReply));
-	if (!quiet && call_deadline.at != 0)
-	{
-		long		left;
-
-		left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
-		if (left <= 0)
-			etcd_call_deadline_report(what ? what : request_label(path),
-									  NULL, NULL);
-		if (left < timeout_ms)
-		{
-			timeout_ms = left;
-			cut = true;
-		}
-	}
+	if (!quiet)
+		cut = cut_to_call_deadline(what, path, &timeout_ms);
 	etcd_retry_init(&retry, timeout_ms, false);
 	attempt_ms = etcd_attempt_timeout(timeout_ms, retry.n_endpoints);
 
@@ -1060,15 +1103,7 @@ etcd_call_as(const char *what, const char *path, const char *body,
 		memset(reply, 0, sizeof(EtcdReply));
 		return false;
 	}
-	/* the retries ran out at the call's deadline, not the request's */
-	if (cut)
-		etcd_call_deadline_report(what ? what : request_label(path),
-								  last_err ? last_err : "no detail",
-								  last_endpoint);
-	if (reply->http_code != 0 && reply->http_code != 200)
-		etcd_report_reply_error(path, reply);
-	etcd_report_transport_error(path, last_st, last_endpoint, last_err);
-	return false;				/* not reached */
+	call_exhausted(what, path, cut, reply, last_st, last_endpoint, last_err);
 }
 
 /*
@@ -1085,6 +1120,12 @@ etcd_auth_token(bool quiet)
 	bool		ok;
 	const char *password;
 
+	/* the credentials changed since the token was fetched: drop it */
+	if (seen_credentials_generation != etcd_credentials_generation)
+	{
+		seen_credentials_generation = etcd_credentials_generation;
+		etcd_forget_auth_token();
+	}
 	if (etcd_user == NULL || etcd_user[0] == '\0')
 		return NULL;
 	if (auth_token)

@@ -37,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
@@ -74,7 +75,7 @@ lock_still_held(const EtcdCheckedLock *l)
  * The check itself, called from the transaction callback at
  * XACT_EVENT_PRE_COMMIT.  Raises LF003 naming every lock found lost.
  */
-void
+static void
 etcd_commit_check(void)
 {
 	EtcdCheckedLock *locks;
@@ -119,4 +120,27 @@ etcd_commit_check(void)
 							   n_lost, lost.data),
 				 errdetail("The transaction fenced with their tokens, but etcd no longer holds each key with that create_revision on its lease: the lease expired or the lock was released."),
 				 errhint("The transaction was rolled back; acquire the lock again and retry.")));
+}
+
+/*
+ * Transaction callback: the check runs at PRE_COMMIT, where an error still
+ * aborts the transaction cleanly (LF003: nothing of it is written).
+ * etcd_session.c's own callback does nothing at PRE_COMMIT, so the order
+ * of the two does not matter.
+ */
+static void
+etcd_commit_check_xact(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_COMMIT)
+		etcd_commit_check();
+}
+
+/*
+ * Install the commit check: called once from _PG_init.  A backend that
+ * holds no etcd lock pays two tests per commit.
+ */
+void
+etcd_commit_check_init(void)
+{
+	RegisterXactCallback(etcd_commit_check_xact, NULL);
 }

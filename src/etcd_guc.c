@@ -32,7 +32,7 @@
 #include "etcd.h"
 #include "lockfence.h"
 
-char	   *etcd_endpoints = NULL;
+static char *etcd_endpoints = NULL;
 int			etcd_check_at_commit = ETCD_CHECK_LOCK_AND_FENCE;
 const EtcdEndpointList *etcd_endpoint_list = NULL;
 int			etcd_connect_timeout_ms = 2000;
@@ -43,6 +43,14 @@ char	   *etcd_keyfile = NULL;
 char	   *etcd_user = NULL;
 static char *etcd_password_setting = NULL;
 static char *etcd_password_file = NULL;
+
+/*
+ * Bumped by the assign hooks: the client (etcd_client.c) compares them
+ * before it uses the endpoint list or its cached auth token, so that this
+ * module never calls into the client.
+ */
+uint64		etcd_endpoints_generation = 0;
+uint64		etcd_credentials_generation = 0;
 
 /* Longest password file accepted, in bytes (etcd's bcrypt uses 72). */
 #define ETCD_MAX_PASSWORD_FILE_BYTES	4096
@@ -189,7 +197,7 @@ static void
 assign_endpoints(const char *newval, void *extra)
 {
 	etcd_endpoint_list = (const EtcdEndpointList *) extra;
-	etcd_endpoints_changed();
+	etcd_endpoints_generation++;
 }
 
 /*
@@ -221,12 +229,12 @@ check_password(char **newval, void **extra, GucSource source)
 
 /*
  * Changing the user, the password or the password file invalidates the
- * cached auth token.
+ * cached auth token (the client drops it before its next request).
  */
 static void
 assign_credentials(const char *newval, void *extra)
 {
-	etcd_forget_auth_token();
+	etcd_credentials_generation++;
 }
 
 /*

@@ -619,6 +619,56 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
 }
 
 /*
+ * How long etcd_http_wait may wait: timeout (-1: no limit), shortened to
+ * libcurl's timer, and 0 when sockets could not all be watched (libcurl
+ * must then be polled).
+ */
+static long
+timeout_within_timer(long timeout)
+{
+	if (curl_timer_ms > 0)
+	{
+		long		elapsed;
+		long		left;
+
+		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
+		left = Max(curl_timer_ms - elapsed, 0L);
+		if (timeout < 0 || left < timeout)
+			timeout = left;
+	}
+	if (socks_overflow)
+		timeout = 0;
+	return timeout;
+}
+
+/*
+ * After a wait: on timer expiry (or when nothing happened), or when
+ * sockets could not all be watched, let libcurl handle its timeouts.
+ */
+static void
+run_expired_timer(void)
+{
+	int			running;
+
+	if (curl_timer_ms >= 0)
+	{
+		long		elapsed;
+
+		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
+		if (elapsed >= curl_timer_ms)
+		{
+			curl_timer_ms = -1;
+			curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+	}
+	if (socks_overflow)
+	{
+		socks_overflow = false;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+}
+
+/*
  * Wait for network progress, for at most max_wait_ms (-1: until something
  * happens), and let libcurl do its work.  Returns false if the process
  * latch was set (the caller should CHECK_FOR_INTERRUPTS()).
@@ -654,19 +704,7 @@ etcd_http_wait(long max_wait_ms)
 			return true;
 	}
 
-	if (curl_timer_ms > 0)
-	{
-		long		elapsed;
-		long		left;
-
-		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
-		left = Max(curl_timer_ms - elapsed, 0L);
-		if (timeout < 0 || left < timeout)
-			timeout = left;
-	}
-	if (socks_overflow)
-		timeout = 0;
-
+	timeout = timeout_within_timer(timeout);
 	nevents = wait_on_sockets(timeout, exiting, events, lengthof(events));
 
 	for (i = 0; i < nevents; i++)
@@ -690,23 +728,7 @@ etcd_http_wait(long max_wait_ms)
 		}
 	}
 
-	/* Timer expiry (or nothing happened): let libcurl handle timeouts. */
-	if (curl_timer_ms >= 0)
-	{
-		long		elapsed;
-
-		elapsed = (long) ((GetCurrentTimestamp() - curl_timer_set_at) / 1000);
-		if (elapsed >= curl_timer_ms)
-		{
-			curl_timer_ms = -1;
-			curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-		}
-	}
-	if (socks_overflow)
-	{
-		socks_overflow = false;
-		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	}
+	run_expired_timer();
 	collect_done();
 
 	return !latch_set;

@@ -94,17 +94,6 @@ find_origin(const void *p)
 }
 
 /*
- * The request a container's reply answered ("a request" if unknown).
- */
-const char *
-etcd_reply_origin(const void *container)
-{
-	const ReplyOrigin *o = find_origin(container);
-
-	return o ? o->what : "a request";
-}
-
-/*
  * Raise the error for a reply we cannot understand.  what names the
  * request; NULL means "a request".  Whatever connection brought the reply
  * is not trusted with another request: the pool is dropped first.
@@ -145,6 +134,10 @@ malformed_in(const void *container, const char *detail)
  * non-ASCII \u escapes (their conversion raises an error).  Nothing that
  * etcd sends comes near these limits.  Returns NULL when the body may be
  * parsed, else why not.
+ *
+ * (Over 80 lines, kept whole: one scan of the bytes, a small state
+ * machine over strings, escapes and numbers, whose states are clearer
+ * together than spread over helpers.)
  */
 static const char *
 untame_reply(const char *body, int len)

@@ -4,8 +4,10 @@
  *	  etcd lease RPCs: grant, keepalive (one shot, blocking or started in
  *	  the background of a lock wait) and revoke.
  *
- * Every lease granted here is tracked by etcd_session.c until it is
- * revoked, so that the exit callback revokes what is left.
+ * These are plain network calls: they change no state of this backend.
+ * etcd_session.c, which tracks every lease granted until it is revoked
+ * (so that the exit callback revokes what is left), wraps the calls that
+ * change what it tracks (etcd_session_revoke, etcd_session_keepalive).
  *
  * IDENTIFICATION
  *	  src/etcd_lease.c
@@ -33,23 +35,6 @@ etcd_cleanup_budget_ms(void)
 		QueryCancelPending)
 		return ETCD_PENDING_RELEASE_MS;
 	return ETCD_CLEANUP_MS;
-}
-
-/*
- * Revoke a lease quietly during error cleanup, within
- * etcd_cleanup_budget_ms().  Abandons the requests in flight first.
- * Never raises.
- */
-void
-etcd_lease_revoke_after_error(int64 lease)
-{
-	long		budget = etcd_cleanup_budget_ms();
-
-	HOLD_INTERRUPTS();
-	etcd_http_abort_all();
-	if (lease > 0)
-		(void) etcd_lease_revoke(lease, budget, true);
-	RESUME_INTERRUPTS();
 }
 
 /*
@@ -125,41 +110,20 @@ etcd_lease_grant(int ttl, int *granted_ttl)
 
 /*
  * Revoke a lease, deleting every key attached to it.  Returns true when the
- * lease is gone (revoked now, or unknown to etcd already) and stops
- * tracking it.  Quiet calls never raise errors and return false on any
- * failure; other calls raise errors.
+ * lease is gone (revoked now, or unknown to etcd already).  Quiet calls
+ * never raise errors and return false on any failure; other calls raise
+ * errors.
  */
 bool
 etcd_lease_revoke(int64 lease, long timeout_ms, bool quiet)
 {
-	bool		found;
-
-	return etcd_lease_revoke_found(lease, timeout_ms, quiet, &found);
-}
-
-/*
- * etcd_lease_revoke, also telling in *found whether etcd still knew the
- * lease (false: it had expired or was revoked already).
- */
-bool
-etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
-						bool *found)
-{
 	EtcdReply	reply;
 	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
 
-	*found = false;
 	if (etcd_call("/v3/lease/revoke", body, timeout_ms, quiet, &reply))
-	{
-		*found = true;
-		etcd_session_untrack(lease);
 		return true;
-	}
 	if (reply.grpc_code == GRPC_NOT_FOUND || reply.http_code == 404)
-	{
-		etcd_session_untrack(lease);
 		return true;
-	}
 	if (!quiet)
 		etcd_report_reply_error("a lease revocation", &reply);
 	return false;
@@ -167,15 +131,17 @@ etcd_lease_revoke_found(int64 lease, long timeout_ms, bool quiet,
 
 /*
  * Renew a lease once.  Returns false when the lease no longer exists,
- * else true with *ttl set to its remaining time to live.
+ * else true with *ttl set to its remaining time to live and *sent_at to
+ * when the request went out (etcd counts the TTL from before its reply).
  */
 bool
-etcd_lease_keepalive(int64 lease, int64 *ttl)
+etcd_lease_keepalive(int64 lease, int64 *ttl, TimestampTz *sent_at)
 {
 	EtcdReply	reply;
 	JsonbContainer *result;
 	char	   *body = psprintf("{\"ID\":\"" INT64_FORMAT "\"}", lease);
-	TimestampTz sent_at = GetCurrentTimestamp();
+
+	*sent_at = GetCurrentTimestamp();
 
 	if (!etcd_call("/v3/lease/keepalive", body, etcd_request_timeout_ms,
 				   false, &reply))
@@ -191,7 +157,6 @@ etcd_lease_keepalive(int64 lease, int64 *ttl)
 	/* etcd omits zero values: no TTL means the lease is gone */
 	if (!etcd_json_int64(result, "TTL", ttl) || *ttl <= 0)
 		return false;
-	etcd_session_lease_renewed(lease, sent_at);
 	return true;
 }
 

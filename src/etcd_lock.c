@@ -79,20 +79,6 @@ etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
 	RESUME_INTERRUPTS();
 }
 
-/*
- * Raise the error for a lock we no longer hold.
- */
-void
-etcd_report_lock_lost(const char *name, const char *key, const char *detail)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
-			 errmsg("etcd lock \"%s\" was lost", name),
-			 errdetail("%s", detail),
-			 errhint("Acquire the lock again; no fencing token was issued for key \"%s\".",
-					 key)));
-}
-
 
 /*
  * The lock key for a name and lease, as etcd's Mutex builds it.
@@ -101,20 +87,6 @@ static char *
 lock_key(const char *name, int64 lease)
 {
 	return psprintf("%s/%llx", name, (unsigned long long) lease);
-}
-
-/*
- * Base64 of the first key after every key starting with prefix.
- */
-char *
-etcd_prefix_end_b64(const char *prefix)
-{
-	int			len = strlen(prefix);
-	char	   *end = pnstrdup(prefix, len);
-
-	/* prefix ends with '/', so incrementing the last byte cannot wrap */
-	end[len - 1]++;
-	return etcd_b64_encode(end, len);
 }
 
 /*
@@ -336,7 +308,8 @@ finish_renewal(LockRenewal *r, const char *name, const char *key,
 	r->req = NULL;
 	if (left > 0)
 		etcd_session_lease_renewed(r->lease, r->sent_at);
-	else if (left == ETCD_KA_GONE || !etcd_lease_keepalive(r->lease, &left))
+	else if (left == ETCD_KA_GONE ||
+			 !etcd_session_keepalive(r->lease, &left))
 	{
 		etcd_session_lease_lost(r->lease, "expired or was revoked", false);
 		if (r->lease == lease)
@@ -359,7 +332,7 @@ renew_session_lease_after_wait(int64 session_lease)
 	int64		left;
 
 	if (etcd_session_renewal_due(session_lease) &&
-		!etcd_lease_keepalive(session_lease, &left))
+		!etcd_session_keepalive(session_lease, &left))
 		etcd_session_lease_lost(session_lease, "expired or was revoked",
 								false);
 }
@@ -409,12 +382,16 @@ remove_queued_key(int64 lease, const char *key, bool fresh)
 		(void) etcd_lease_delete_key(lease, key, etcd_request_timeout_ms,
 									 false, &deleted);
 	else
-		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		(void) etcd_session_revoke(lease, etcd_request_timeout_ms, false);
 }
 
 /*
  * etcd_lock_acquire, within the call's deadline (0: none), which every
  * request of the call is cut at (see etcd_lock_acquire).
+ *
+ * (Over 80 lines, kept whole: the protocol's steps, lease, queue, wait,
+ * read-back, in order under the one PG_TRY that releases what they left
+ * on any error; the steps themselves are the helpers above.)
  */
 static bool
 acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
@@ -562,34 +539,6 @@ etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope)
 }
 
 /*
- * Parse the lease ID from a lock key "<name>/<lease hex>", as etcd's Mutex
- * builds it (lowercase hex without leading zeros, a non-empty name);
- * 0 if key does not have that form.
- */
-int64
-etcd_lock_key_lease(const char *key)
-{
-	const char *slash = strrchr(key, '/');
-	const char *hex;
-	char	   *end;
-	unsigned long long v;
-
-	if (slash == NULL || slash == key)
-		return 0;
-	hex = slash + 1;
-	if (hex[0] == '\0' || hex[0] == '0' || strlen(hex) > 16)
-		return 0;
-	if (strspn(hex, "0123456789abcdef") != strlen(hex))
-		return 0;
-	errno = 0;
-	v = strtoull(hex, &end, 16);
-	if (errno != 0 || *end != '\0' || v == 0 ||
-		v > (unsigned long long) PG_INT64_MAX)
-		return 0;
-	return (int64) v;
-}
-
-/*
  * Refuse to unlock a key that is not an etcd lock key.
  */
 static void
@@ -634,12 +583,12 @@ revoke_released_lease(const char *key, int64 lease)
 	}
 	PG_TRY();
 	{
-		(void) etcd_lease_revoke(lease, etcd_request_timeout_ms, false);
+		(void) etcd_session_revoke(lease, etcd_request_timeout_ms, false);
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		etcd_lease_revoke_after_error(lease);
+		etcd_session_revoke_after_error(lease);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

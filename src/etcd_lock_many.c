@@ -48,22 +48,14 @@
 
 #include "etcd.h"
 #include "lockfence.h"
+#include "name_array.h"
 
 /* lockfence.fence(resource, token, holder) (fence.c) */
 extern Datum lockfence_fence(PG_FUNCTION_ARGS);
 
-/* The two arrays of a call, for messages. */
-typedef enum LockManyArray
-{
-	ARRAY_NAMES,
-	ARRAY_RESOURCES
-} LockManyArray;
-
 /* What a call was doing when an error arose, for its context line. */
 typedef enum LockManyStep
 {
-	STEP_READ_NAMES,			/* validating the name array */
-	STEP_READ_RESOURCES,		/* validating the resource array */
 	STEP_ACQUIRE,				/* acquiring the locks */
 	STEP_FENCE					/* fencing the resources */
 } LockManyStep;
@@ -81,19 +73,10 @@ lock_many_error_context(void *arg)
 	LockManyPosition *pos = (LockManyPosition *) arg;
 
 	/* a call with one lock or resource needs no position */
-	if (pos->count <= 1 &&
-		(pos->step == STEP_ACQUIRE || pos->step == STEP_FENCE))
+	if (pos->count <= 1)
 		return;
 	switch (pos->step)
 	{
-		case STEP_READ_NAMES:
-			errcontext("element %d of %d of the etcd lock name array",
-					   pos->index + 1, pos->count);
-			break;
-		case STEP_READ_RESOURCES:
-			errcontext("element %d of %d of the resource array",
-					   pos->index + 1, pos->count);
-			break;
 		case STEP_ACQUIRE:
 			errcontext("acquiring etcd lock %d of %d, in byte order",
 					   pos->index + 1, pos->count);
@@ -103,12 +86,6 @@ lock_many_error_context(void *arg)
 					   pos->index + 1, pos->count);
 			break;
 	}
-}
-
-static int
-cstring_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
 /*
@@ -127,70 +104,20 @@ etcd_lock_check_holder_name(const char *name)
 						   LOCKFENCE_MAX_HOLDER_BYTES)));
 }
 
-/*
- * Validate one element of an array: a lock name (which must fit in a
- * fence's holder if holder) or a fencing resource.  The TTL is checked
- * once per call, by the caller.
- */
+/* name_array_elements' validation of a lock name; arg: must it fit a holder */
 static void
-validate_element(LockManyArray which, const char *elem, bool holder)
+validate_lock_name(const char *name, void *arg)
 {
-	if (which == ARRAY_RESOURCES)
-	{
-		lockfence_validate_resource(elem);
-		return;
-	}
-	etcd_lock_check_args(elem, 1);	/* 1: any valid TTL */
-	if (holder)
-		etcd_lock_check_holder_name(elem);
+	etcd_lock_check_args(name, 1);	/* 1: any valid TTL */
+	if (*(bool *) arg)
+		etcd_lock_check_holder_name(name);
 }
 
-/*
- * The elements of a text array (of any dimensions), in array order, each
- * validated; *n gets their number.  A NULL, empty or NULL-containing array
- * is refused with the messages and SQLSTATEs of fence(text[], ...).
- */
-static char **
-array_elements(ArrayType *array, LockManyArray which, bool holder, int *n)
+/* name_array_elements' validation of a fencing resource */
+static void
+validate_resource(const char *resource, void *arg)
 {
-	Datum	   *elems;
-	bool	   *nulls;
-	char	  **out;
-	LockManyPosition pos;
-	ErrorContextCallback cb;
-
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, n);
-	if (*n == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 which == ARRAY_NAMES ?
-				 errmsg("etcd lock name array must not be empty") :
-				 errmsg("fencing resource array must not be empty"),
-				 which == ARRAY_NAMES ?
-				 errhint("Pass at least one lock name.") :
-				 errhint("Pass at least one resource.")));
-
-	out = palloc(sizeof(char *) * *n);
-	pos.step = which == ARRAY_NAMES ? STEP_READ_NAMES : STEP_READ_RESOURCES;
-	pos.count = *n;
-	cb.callback = lock_many_error_context;
-	cb.arg = &pos;
-	cb.previous = error_context_stack;
-	error_context_stack = &cb;
-	for (pos.index = 0; pos.index < *n; pos.index++)
-	{
-		if (nulls[pos.index])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 which == ARRAY_NAMES ?
-					 errmsg("etcd lock name array must not contain nulls") :
-					 errmsg("fencing resource array must not contain nulls")));
-		out[pos.index] = TextDatumGetCString(elems[pos.index]);
-		validate_element(which, out[pos.index], holder);
-	}
-	error_context_stack = cb.previous;
-	return out;
+	lockfence_validate_resource(resource);
 }
 
 /*
@@ -201,12 +128,8 @@ array_elements(ArrayType *array, LockManyArray which, bool holder, int *n)
 static void
 set_of_names(EtcdLockSet *set, char **names, int n)
 {
-	int			kept = 1;
+	int			kept = name_array_sort_unique(names, n);
 
-	qsort(names, n, sizeof(char *), cstring_cmp);
-	for (int i = 1; i < n; i++)
-		if (strcmp(names[i], names[kept - 1]) != 0)
-			names[kept++] = names[i];
 	if (kept > ETCD_MAX_LOCKS_PER_CALL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -240,7 +163,9 @@ void
 etcd_lock_set_of_array(EtcdLockSet *set, ArrayType *names)
 {
 	int			n;
-	char	  **elems = array_elements(names, ARRAY_NAMES, false, &n);
+	bool		holder = false;
+	char	  **elems = name_array_elements(names, NAME_ARRAY_LOCK_NAMES,
+											validate_lock_name, &holder, &n);
 
 	set_of_names(set, elems, n);
 }
@@ -264,7 +189,7 @@ set_index(const EtcdLockSet *set, const char *name)
 	const char **found;
 
 	found = bsearch(&name, set->names, set->count, sizeof(char *),
-					cstring_cmp);
+					name_array_cmp);
 	Assert(found != NULL);
 	return found - set->names;
 }
@@ -283,9 +208,14 @@ etcd_fenced_resources_of_arrays(ArrayType *names, ArrayType *resources,
 {
 	int			n_names;
 	int			n_res;
-	char	  **name_elems = array_elements(names, ARRAY_NAMES, true, &n_names);
-	char	  **res_elems = array_elements(resources, ARRAY_RESOURCES, false,
-										   &n_res);
+	bool		holder = true;
+	char	  **name_elems = name_array_elements(names, NAME_ARRAY_LOCK_NAMES,
+												 validate_lock_name, &holder,
+												 &n_names);
+	char	  **res_elems = name_array_elements(resources,
+												NAME_ARRAY_RESOURCES,
+												validate_resource, NULL,
+												&n_res);
 	EtcdFencedResource *fr;
 	int			kept = 1;
 

@@ -598,7 +598,7 @@ wait_idle(LockWait *w, long sleep_ms)
 		etcd_http_abort_all();
 		w->watch_req = w->ka_req = NULL;
 		etcd_session_exit_cleanup_begins();
-		(void) etcd_lease_revoke(w->lease, ETCD_PENDING_RELEASE_MS, true);
+		(void) etcd_session_revoke(w->lease, ETCD_PENDING_RELEASE_MS, true);
 		RESUME_INTERRUPTS();
 	}
 	CHECK_FOR_INTERRUPTS();
@@ -618,7 +618,7 @@ renew_if_due(LockWait *w)
 	if (GetCurrentTimestamp() <
 		TimestampTzPlusMilliseconds(renewed_at, w->ka_interval_ms))
 		return;
-	if (!etcd_lease_keepalive(w->lease, &left))
+	if (!etcd_session_keepalive(w->lease, &left))
 	{
 		etcd_session_lease_lost(w->lease, "expired or was revoked", false);
 		etcd_report_lock_lost(w->name, w->key,

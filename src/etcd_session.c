@@ -258,7 +258,7 @@ etcd_session_lease_lost(int64 lease, const char *what, bool revoke)
 
 	etcd_session_untrack(lease);
 	if (revoke)
-		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+		(void) etcd_session_revoke(lease, ETCD_CLEANUP_MS, true);
 	if (lost[0] != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
@@ -316,6 +316,51 @@ etcd_session_lease(int ttl, int *granted_ttl, bool *fresh)
 }
 
 /*
+ * Revoke a lease (etcd_lease_revoke) and, once etcd no longer has it,
+ * forget it and every lock on it.  Returns etcd_lease_revoke's answer.
+ */
+bool
+etcd_session_revoke(int64 lease, long timeout_ms, bool quiet)
+{
+	if (!etcd_lease_revoke(lease, timeout_ms, quiet))
+		return false;
+	etcd_session_untrack(lease);
+	return true;
+}
+
+/*
+ * Revoke a lease quietly during error cleanup, within
+ * etcd_cleanup_budget_ms().  Abandons the requests in flight first.
+ * Never raises.
+ */
+void
+etcd_session_revoke_after_error(int64 lease)
+{
+	long		budget = etcd_cleanup_budget_ms();
+
+	HOLD_INTERRUPTS();
+	etcd_http_abort_all();
+	if (lease > 0)
+		(void) etcd_session_revoke(lease, budget, true);
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * Renew a lease once (etcd_lease_keepalive) and, when it succeeded, note
+ * the renewal if the lease is ours.
+ */
+bool
+etcd_session_keepalive(int64 lease, int64 *ttl)
+{
+	TimestampTz sent_at;
+
+	if (!etcd_lease_keepalive(lease, ttl, &sent_at))
+		return false;
+	etcd_session_lease_renewed(lease, sent_at);
+	return true;
+}
+
+/*
  * A keepalive of one of our leases was sent at sent_at and succeeded.
  */
 void
@@ -360,7 +405,7 @@ etcd_session_renewal_due(int64 lease)
  * Take no new locks on this lease (the member holding a lock request on
  * it stopped answering): the next lock of its TTL gets a new lease.
  */
-void
+static void
 etcd_session_retire(int64 lease)
 {
 	SessionLease *l = find_lease(lease);
@@ -480,7 +525,10 @@ etcd_session_locks_to_check(bool all, EtcdCheckedLock **out)
 	int			i;
 	int			n = 0;
 
-	*out = palloc(sizeof(EtcdCheckedLock) * Max(n_locks, 1));
+	*out = NULL;
+	if (n_locks == 0)
+		return 0;				/* the common case: no etcd lock at all */
+	*out = palloc(sizeof(EtcdCheckedLock) * n_locks);
 	for (i = 0; i < n_locks; i++)
 	{
 		if (locks[i].pending || !(locks[i].fenced || (all && locks[i].named)))
@@ -544,13 +592,13 @@ etcd_session_lock_released(const char *key)
 	forget_lock(l - locks);
 	sl = find_lease(lease);
 	if (sl != NULL && !sl->current && locks_on(lease) == 0)
-		(void) etcd_lease_revoke(lease, ETCD_CLEANUP_MS, true);
+		(void) etcd_session_revoke(lease, ETCD_CLEANUP_MS, true);
 }
 
 /*
  * Does a lease hold locks besides key?
  */
-bool
+static bool
 etcd_session_lease_shared(int64 lease, const char *key)
 {
 	int			i;
@@ -599,7 +647,7 @@ etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
 	}
 	left = Max((long) ((deadline - GetCurrentTimestamp()) / 1000), 1L);
 	etcd_session_retire(lease);
-	(void) etcd_lease_revoke(lease, left, true);
+	(void) etcd_session_revoke(lease, left, true);
 	RESUME_INTERRUPTS();
 }
 
@@ -836,8 +884,8 @@ release_never_raising(bool pending, bool xact, bool all,
 }
 
 /*
- * Transaction callback.  The commit-time check runs at PRE_COMMIT, where
- * an error still aborts the transaction cleanly.  A transaction that
+ * Transaction callback.  (The commit-time check has its own callback, at
+ * PRE_COMMIT, in etcd_commit_check.c.)  A transaction that
  * aborts while a lock is pending means the call that acquired it failed
  * without releasing it; transaction-scoped locks are released when the
  * transaction ends, after a commit only once it is durable
@@ -850,10 +898,6 @@ etcd_session_xact(XactEvent event, void *arg)
 {
 	switch (event)
 	{
-		case XACT_EVENT_PRE_COMMIT:
-			/* may raise LF003: the transaction then aborts */
-			etcd_commit_check();
-			break;
 		case XACT_EVENT_PRE_PREPARE:
 			refuse_prepare();
 			break;
@@ -993,14 +1037,19 @@ etcd_session_exit(int code, Datum arg)
 	HOLD_INTERRUPTS();
 	while (n_leases > 0)
 	{
+		int64		lease = leases[n_leases - 1].lease;
 		long		left;
+		bool		revoked;
 
 		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
 		if (left <= 0)
 			break;
-		/* etcd_lease_revoke untracks the lease when it succeeds */
-		if (!etcd_lease_revoke(leases[n_leases - 1].lease, left, true))
-			n_leases--;
+		revoked = etcd_lease_revoke(lease, left, true);
+		/* done with this lease either way: what failed expires with its TTL */
+		n_leases--;
+		/* a revoked lease took its locks with it: forget them too */
+		if (revoked)
+			etcd_session_untrack(lease);
 	}
 	RESUME_INTERRUPTS();
 	etcd_http_abort_all();

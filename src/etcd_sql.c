@@ -15,7 +15,6 @@
  */
 #include "postgres.h"
 
-#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -27,6 +26,7 @@
 #include "etcd.h"
 #include "failover_guard.h"
 #include "lockfence.h"
+#include "wait_timeout.h"
 
 PG_FUNCTION_INFO_V1(lockfence_etcd_lock);
 PG_FUNCTION_INFO_V1(lockfence_etcd_try_lock);
@@ -36,42 +36,22 @@ PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence);
 PG_FUNCTION_INFO_V1(lockfence_etcd_lock_and_fence_many);
 PG_FUNCTION_INFO_V1(lockfence_etcd_lock_many);
 
-/* wait_timeout from which on a wait has no limit: 10,000 years */
-#define WAIT_FOREVER_USECS	((int64) 3652425 * USECS_PER_DAY)
-
 /*
- * Convert wait_timeout to milliseconds; -1 for NULL (wait forever).
- * 10,000 years or more (including +infinity) also waits forever: no lock
- * wait outlasts that, and a deadline much further away would not fit in a
- * timestamp.  The span is computed without overflow: an interval of more
- * than about 292,000 years used to wrap around to a short or negative one.
+ * Convert wait_timeout to milliseconds; -1 for NULL or no limit (wait
+ * forever, see wait_timeout_usecs).
  */
 static long
 wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 {
-	Interval   *span;
-	int64		days;
 	int64		usecs;
-	bool		overflow;
 
 	if (PG_ARGISNULL(argno))
 		return -1;
-	span = PG_GETARG_INTERVAL_P(argno);
-	days = (int64) span->month * DAYS_PER_MONTH + span->day;
-	overflow = pg_mul_s64_overflow(days, USECS_PER_DAY, &usecs) ||
-		pg_add_s64_overflow(usecs, span->time, &usecs);
-	if (overflow)
-	{
-		/* the sign of the exact sum, from an approximation that cannot overflow */
-		double		approx = (double) days * USECS_PER_DAY + (double) span->time;
-
-		usecs = approx < 0 ? -1 : PG_INT64_MAX;
-	}
-	if (usecs < 0)
+	if (!wait_timeout_usecs(PG_GETARG_INTERVAL_P(argno), &usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait_timeout must not be negative")));
-	if (usecs >= WAIT_FOREVER_USECS || usecs / 1000 > (int64) LONG_MAX / 2)
+	if (usecs == WAIT_TIMEOUT_FOREVER || usecs / 1000 > (int64) LONG_MAX / 2)
 		return -1;
 	return (long) (usecs / 1000);
 }
@@ -445,7 +425,7 @@ lockfence_etcd_keepalive(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid etcd lease ID " INT64_FORMAT, lease)));
-	if (!etcd_lease_keepalive(lease, &ttl))
+	if (!etcd_session_keepalive(lease, &ttl))
 	{
 		etcd_session_untrack(lease);
 		ereport(ERROR,
@@ -465,4 +445,5 @@ void
 lockfence_etcd_init(void)
 {
 	etcd_guc_init();
+	etcd_commit_check_init();
 }

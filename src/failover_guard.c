@@ -65,6 +65,7 @@
 #include "citus_guard.h"
 #include "failover_guard.h"
 #include "lockfence.h"
+#include "lockfence_schema.h"
 
 PG_FUNCTION_INFO_V1(lockfence_floor_identity);
 PG_FUNCTION_INFO_V1(lockfence_floor_record);
@@ -116,11 +117,7 @@ current_identity(int64 *sysid, TimeLineID *tli, bool *in_recovery)
 static Oid
 floor_state_relid(void)
 {
-	Oid			nspid = get_namespace_oid("lockfence", true);
-
-	if (!OidIsValid(nspid))
-		return InvalidOid;
-	return get_relname_relid("floor_state", nspid);
+	return lockfence_relid("floor_state");
 }
 
 static int64

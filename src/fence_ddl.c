@@ -30,7 +30,6 @@
 #include "lockfence.h"
 
 PG_FUNCTION_INFO_V1(lockfence_alter_table_actions);
-PG_FUNCTION_INFO_V1(lockfence_fenced_token);
 
 /*
  * The lockfence name of an ALTER TABLE subcommand that matters to fenced
@@ -134,24 +133,4 @@ lockfence_alter_table_actions(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
-}
-
-/*
- * lockfence.fenced_token(resource text)
- *
- * The token this transaction fenced resource with (lockfence.fence()), or
- * NULL when it has not: what a write without a token of its own would be
- * fenced with.  A name that could not be fenced is refused as fence() would.
- */
-Datum
-lockfence_fenced_token(PG_FUNCTION_ARGS)
-{
-	char	   *resource = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	int64		token;
-	const char *holder;
-
-	lockfence_validate_resource(resource);
-	if (!fence_cache_lookup(resource, &token, &holder))
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(token);
 }

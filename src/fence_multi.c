@@ -46,6 +46,7 @@
 #include "utils/resowner.h"
 
 #include "lockfence.h"
+#include "name_array.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fence_many);
 PG_FUNCTION_INFO_V1(lockfence_try_fence_many);
@@ -80,10 +81,11 @@ fence_many_error_context(void *arg)
 				   pos->index + 1, pos->count);
 }
 
-static int
-resource_cmp(const void *a, const void *b)
+/* name_array_elements' validation: as fence(text, ...) validates */
+static void
+validate_resource(const char *resource, void *arg)
 {
-	return strcmp(*(char *const *) a, *(char *const *) b);
+	lockfence_validate_resource(resource);
 }
 
 /*
@@ -93,46 +95,11 @@ resource_cmp(const void *a, const void *b)
 static void
 fence_many_resources(ArrayType *array, FenceMany *call)
 {
-	Datum	   *elems;
-	bool	   *nulls;
 	int			nelems;
-	int			kept;
-	FenceManyPosition pos = {false, 0, 0};
-	ErrorContextCallback errcallback;
 
-	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, &nelems);
-	if (nelems == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fencing resource array must not be empty"),
-				 errhint("Pass at least one resource.")));
-
-	call->resources = palloc(nelems * sizeof(char *));
-	pos.count = nelems;
-	errcallback.callback = fence_many_error_context;
-	errcallback.arg = &pos;
-	errcallback.previous = error_context_stack;
-	error_context_stack = &errcallback;
-
-	for (pos.index = 0; pos.index < nelems; pos.index++)
-	{
-		if (nulls[pos.index])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("fencing resource array must not contain nulls")));
-		call->resources[pos.index] = TextDatumGetCString(elems[pos.index]);
-		lockfence_validate_resource(call->resources[pos.index]);
-	}
-
-	error_context_stack = errcallback.previous;
-
-	qsort(call->resources, nelems, sizeof(char *), resource_cmp);
-	kept = 1;
-	for (int i = 1; i < nelems; i++)
-		if (strcmp(call->resources[i], call->resources[kept - 1]) != 0)
-			call->resources[kept++] = call->resources[i];
-	call->count = kept;
+	call->resources = name_array_elements(array, NAME_ARRAY_RESOURCES,
+										  validate_resource, NULL, &nelems);
+	call->count = name_array_sort_unique(call->resources, nelems);
 }
 
 /*

@@ -79,6 +79,7 @@
 #include "lease.h"
 #include "lockfence.h"
 #include "metrics.h"
+#include "wait_timeout.h"
 
 PG_FUNCTION_INFO_V1(lockfence_lease_acquire);
 PG_FUNCTION_INFO_V1(lockfence_lease_try_acquire);
@@ -311,14 +312,6 @@ lease_bound_waits(long ms)
 	(void) set_config_option("lock_timeout", buf, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true,
 							 0, false);
-}
-
-/* Microseconds of an interval, as a double (only its sign and size matter). */
-static double
-interval_usecs(const Interval *i)
-{
-	return (double) i->time + (double) i->day * USECS_PER_DAY +
-		(double) i->month * DAYS_PER_MONTH * USECS_PER_DAY;
 }
 
 static void
@@ -650,14 +643,15 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (!PG_ARGISNULL(3))
 	{
-		double		usecs = interval_usecs(PG_GETARG_INTERVAL_P(3));
+		int64		usecs;
 
-		if (usecs < 0)
+		if (!wait_timeout_usecs(PG_GETARG_INTERVAL_P(3), &usecs))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("lease wait_timeout must not be negative")));
-		/* 0 is "now"; deadline 0 would mean "forever" */
-		deadline = started + (TimestampTz) Min(usecs, (double) PG_INT64_MAX / 4) + 1;
+		/* 0 is "now"; deadline 0 means "forever" */
+		if (usecs != WAIT_TIMEOUT_FOREVER)
+			deadline = started + usecs + 1;
 	}
 
 	/* Count every acquisition that ends in an error (timeout, cancel). */

@@ -44,6 +44,7 @@
 
 #include "lease.h"
 #include "lockfence.h"
+#include "shmem_hooks.h"
 
 /*
  * From libpq/libpq.h, which includes libpq-be.h and with it the GSSAPI
@@ -75,48 +76,32 @@ typedef struct PendingRelease
 
 static PendingRelease *pending_releases = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void lease_wait_shmem_request(void);
-static void lease_wait_shmem_startup(void);
 static void lease_wait_xact_callback(XactEvent event, void *arg);
 
 /*
- * Called from _PG_init: the transaction callback, and the shared memory
- * hooks when the library is being preloaded.
+ * Called from _PG_init: the transaction callback.  (The shared memory is
+ * asked for by shmem_hooks.c, when the library is being preloaded.)
  */
 void
 lease_wait_init(void)
 {
 	RegisterXactCallback(lease_wait_xact_callback, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = lease_wait_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = lease_wait_shmem_startup;
 }
 
-static void
+/* shmem_request_hook (shmem_hooks.c): reserve the condition variables */
+void
 lease_wait_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(LeaseWaitShared)));
 }
 
-static void
+/* shmem_startup_hook (shmem_hooks.c): create or attach to them */
+void
 lease_wait_shmem_startup(void)
 {
 	LeaseWaitShared *w;
 	bool		found;
 	int			i;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	w = ShmemInitStruct("lockfence lease waits", sizeof(LeaseWaitShared),
@@ -135,13 +120,6 @@ lease_wait_slot(const char *name)
 {
 	return hash_bytes((const unsigned char *) name, strlen(name)) %
 		LEASE_WAIT_SLOTS;
-}
-
-/* Is a release announced (true), or must waiters poll (false)? */
-bool
-lease_wait_announced(void)
-{
-	return lease_wait_shared != NULL;
 }
 
 /*

@@ -20,8 +20,10 @@
 #include "fmgr.h"
 #include "utils/guc.h"
 
+#include "ddl_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
+#include "shmem_hooks.h"
 
 PG_MODULE_MAGIC;
 
@@ -37,8 +39,9 @@ _PG_init(void)
 	fence_fastpath_init();
 	lockfence_metrics_init();
 	lockfence_etcd_init();
-	lockfence_check_init();
+	ddl_guard_init();
 	lease_wait_init();
+	lockfence_shmem_init();
 
 	MarkGUCPrefixReserved("lockfence");
 }

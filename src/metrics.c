@@ -39,6 +39,7 @@
 
 #include "failover_guard.h"
 #include "metrics.h"
+#include "shmem_hooks.h"
 
 PG_FUNCTION_INFO_V1(lockfence_read_metrics);
 PG_FUNCTION_INFO_V1(lockfence_read_rejections);
@@ -164,15 +165,9 @@ static int	lockfence_log_rejections = LOG;
 /* NULL unless the library was preloaded. */
 static LockfenceMetricsShared *lf_metrics = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void lockfence_metrics_shmem_request(void);
-static void lockfence_metrics_shmem_startup(void);
-
 /*
- * Define lockfence.log_rejections and, when the library is being
- * preloaded, ask for shared memory.  Called from _PG_init.
+ * Define lockfence.log_rejections.  Called from _PG_init.  (The shared
+ * memory is asked for by shmem_hooks.c, when the library is being preloaded.)
  */
 void
 lockfence_metrics_init(void)
@@ -187,25 +182,14 @@ lockfence_metrics_init(void)
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = lockfence_metrics_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = lockfence_metrics_shmem_startup;
 }
 
 /*
- * shmem_request_hook: reserve the metrics struct and one LWLock.
+ * shmem_request_hook (shmem_hooks.c): reserve the metrics struct and one LWLock.
  */
-static void
+void
 lockfence_metrics_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-
 	RequestAddinShmemSpace(MAXALIGN(sizeof(LockfenceMetricsShared)));
 	RequestNamedLWLockTranche("lockfence", 1);
 }
@@ -231,18 +215,15 @@ lockfence_metrics_zero(LockfenceMetricsShared *m)
 }
 
 /*
- * shmem_startup_hook: create or attach to the metrics struct.
+ * shmem_startup_hook (shmem_hooks.c): create or attach to the metrics struct.
  */
-static void
+void
 lockfence_metrics_shmem_startup(void)
 {
 	LockfenceMetricsShared *m;
 	bool		found;
 	int			i;
 	int			h;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	m = ShmemInitStruct("lockfence metrics", sizeof(LockfenceMetricsShared),

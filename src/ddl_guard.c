@@ -1,15 +1,17 @@
 /*-------------------------------------------------------------------------
  *
- * check.c
- *	  Deployment safeguards: the drop guard and the etcd probe
- *	  used by lockfence.check().
+ * ddl_guard.c
+ *	  The guards against DDL that would take lockfence's protection away:
+ *	  the DROP guard (an event trigger in C) and the settings that
+ *	  override it and the publication guard (an event trigger in SQL,
+ *	  lockfence.guard_publication, which reads its setting by name).
  *
- * Both are called from SQL objects of the extension (an event trigger and
- * a function), never from a hook, so that they work whether or not the
- * library is in shared_preload_libraries: calling them loads it.
+ * The guard is called from an SQL object of the extension (an event
+ * trigger), never from a hook, so that it works whether or not the
+ * library is in shared_preload_libraries: calling it loads it.
  *
  * IDENTIFICATION
- *	  src/check.c
+ *	  src/ddl_guard.c
  *
  *-------------------------------------------------------------------------
  */
@@ -26,21 +28,20 @@
 #include "commands/extension.h"
 #include "commands/proclang.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "parser/parse_func.h"
 #include "parser/parse_type.h"
-#include "utils/array.h"
-#include "fmgr.h"
-#include "funcapi.h"
-#include "nodes/parsenodes.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/syscache.h"
+#include "utils/memutils.h"
 
-#include "etcd.h"
-#include "lockfence.h"
+#include "ddl_guard.h"
+#include "lockfence_schema.h"
 
 /* lockfence.allow_drop_protected: drop protections with the extension. */
 static bool allow_drop_protected = false;
@@ -49,16 +50,14 @@ static bool allow_drop_protected = false;
 static bool allow_publish_fences = false;
 
 PG_FUNCTION_INFO_V1(lockfence_guard_drop);
-PG_FUNCTION_INFO_V1(lockfence_etcd_status);
-PG_FUNCTION_INFO_V1(lockfence_sync_protected_tables);
 
 /*
- * Define the overrides of the deployment safeguards.  Called from _PG_init.
+ * Define the overrides of the DDL guards.  Called from _PG_init.
  * Both are USERSET: only the owner of the extension (or of a publication)
  * can run the commands they unlock anyway.
  */
 void
-lockfence_check_init(void)
+ddl_guard_init(void)
 {
 	DefineCustomBoolVariable("lockfence.allow_drop_protected",
 							 gettext_noop("Allows DROP EXTENSION lockfence while tables are protected."),
@@ -312,38 +311,14 @@ count_protected_tables(char **example)
 									  SPI_tuptable->tupdesc, 1, &isnull);
 
 		n = isnull ? 0 : DatumGetInt64(d);
+		/* the min() of n > 0 names is one of them, never NULL */
 		if (n > 0)
-		{
-			char	   *s = SPI_getvalue(SPI_tuptable->vals[0],
-										 SPI_tuptable->tupdesc, 2);
-
-			*example = s ? MemoryContextStrdup(TopTransactionContext, s) : NULL;
-		}
+			*example = MemoryContextStrdup(TopTransactionContext,
+										   SPI_getvalue(SPI_tuptable->vals[0],
+														SPI_tuptable->tupdesc, 2));
 	}
 	SPI_finish();
 	return n;
-}
-
-/* The schema of the lockfence extension, or InvalidOid. */
-static Oid
-lockfence_namespace(void)
-{
-	Oid			nsp = InvalidOid;
-
-	SPI_connect();
-	if (SPI_execute("SELECT extnamespace FROM pg_catalog.pg_extension"
-					" WHERE extname = 'lockfence'", true, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-									  SPI_tuptable->tupdesc, 1, &isnull);
-
-		if (!isnull)
-			nsp = DatumGetObjectId(d);
-	}
-	SPI_finish();
-	return nsp;
 }
 
 /*
@@ -364,6 +339,9 @@ lockfence_namespace(void)
  * ALTER EXTENSION lockfence DROP (after which its members could be dropped
  * one by one) is refused while tables are protected, and renaming the
  * extension's schema always: its functions name it.
+ *
+ * (Over 80 lines, kept whole: a dispatch on the statement's kind whose
+ * length is its error reports; the work is in the helpers above.)
  */
 Datum
 lockfence_guard_drop(PG_FUNCTION_ARGS)
@@ -396,7 +374,7 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 
 		if (stmt->renameType != OBJECT_SCHEMA)
 			PG_RETURN_VOID();
-		nsp = lockfence_namespace();
+		nsp = lockfence_schema_oid();
 		if (OidIsValid(nsp) && get_namespace_oid(stmt->subname, true) == nsp)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -424,7 +402,7 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 								   n, (long long) n),
 					 errdetail("Table %s is protected.  An object removed from the extension can be dropped "
 							   "without the extension, and the protections with it.",
-							   example ? example : "?"),
+							   example),
 					 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
 							 "or SET lockfence.allow_drop_protected = on.")));
 		PG_RETURN_VOID();
@@ -457,213 +435,9 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 							   n, (long long) n),
 				 errdetail("Table %s is protected.  Dropping the extension would drop every "
 						   "protection, and creating it again would not restore them.",
-						   example ? example : "?"),
+						   example),
 				 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
 						 "or SET lockfence.allow_drop_protected = on and drop with CASCADE to drop the protections "
 						 "with the extension.")));
-	PG_RETURN_VOID();
-}
-
-/*
- * lockfence.etcd_status(timeout_ms): ask the configured etcd endpoints for
- * their status, failing over between them within timeout_ms.  Returns the
- * endpoint that answered, the leader's member ID (NULL: no leader) and the
- * cluster's revision.  Raises the usual connection errors; check() catches
- * them.
- */
-Datum
-lockfence_etcd_status(PG_FUNCTION_ARGS)
-{
-	int32		timeout_ms = PG_GETARG_INT32(0);
-	EtcdReply	reply;
-	char	   *leader;
-	int64		revision = 0;
-	JsonbContainer *header;
-	TupleDesc	tupdesc;
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
-
-	if (timeout_ms <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout_ms must be positive")));
-	if (etcd_endpoint_count() == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lockfence.etcd_endpoints is not set")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	if (!etcd_call("/v3/maintenance/status", "{}", timeout_ms, false, &reply))
-		etcd_report_reply_error("a status request", &reply);
-	/* Member IDs are unsigned 64-bit: kept as text.  Absent or 0: none. */
-	leader = etcd_json_string(&reply.json->root, "leader");
-	header = etcd_json_object(&reply.json->root, "header");
-	if (header)
-		(void) etcd_json_int64(header, "revision", &revision);
-
-	values[0] = CStringGetTextDatum(reply.endpoint ? reply.endpoint : "");
-	if (leader == NULL || strcmp(leader, "0") == 0)
-		nulls[1] = true;
-	else
-		values[1] = CStringGetTextDatum(leader);
-	values[2] = Int64GetDatum(revision);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													  values, nulls)));
-}
-
-/*
- * A lockfence row trigger of the table's own (not a partition's clone of
- * its parent's): what makes lockfence list a table as protected.
- */
-#define OWN_ROW_TRIGGER(relid) \
-	"SELECT FROM pg_catalog.pg_trigger t" \
-	" WHERE t.tgrelid = " relid \
-	"   AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure" \
-	"   AND t.tgparentid = 0 AND (t.tgtype::pg_catalog.int4 & 1) = 1"
-
-/*
- * The names in sync_protected_tables' forget ($1), in the form the list
- * holds them: quoted as quote_all_identifiers off quotes them, whatever
- * the caller's setting quoted them as (object_identity, format('%I')).
- */
-#define FORGET_NAMES \
-	"(SELECT CASE WHEN pg_catalog.array_length(i.p, 1) = 2" \
-	"   THEN pg_catalog.format('%I.%I', i.p[1], i.p[2]) ELSE u.x END" \
-	"   FROM pg_catalog.unnest($1) AS u(x)," \
-	"        pg_catalog.parse_ident(u.x, false) AS i(p))"
-
-/*
- * lockfence.sync_protected_tables(forget text[], renamed boolean)
- *
- * Keep lockfence.protected_tables, the tables lockfence lists as
- * protected, true to the database.  The list is an extension
- * configuration table: pg_dump dumps its rows with the data, so that a
- * restore that brings the data but not the triggers (a data-only restore,
- * or one without post-data) leaves names that check() reports.  The names
- * are text (schema-qualified, quoted), not regclass: a dump that leaves a
- * listed table out (pg_dump -T, -N) must restore like any other, and a
- * COPY of text never fails where one of regclass would.  Without OIDs,
- * the list follows the tables by their names:
- *
- * - every call adds the name of each table with a lockfence row trigger
- *   of its own (not temporary: dropped at the end of the session without
- *   event triggers, and never dumped);
- * - forget: these names are removed if they no longer name a relation
- *   (dropped), or name a table without a lockfence row trigger of its own
- *   that the caller owns (unprotect(), as DROP TRIGGER requires).  A
- *   table whose triggers went by other means (a partial restore) must be
- *   reported by check(): only its owner may make lockfence forget it;
- * - renamed (after ALTER TABLE, ALTER SCHEMA): if that added a name, a
- *   table was renamed or moved, and the names that no longer resolve are
- *   removed.  Not after other commands: the names of tables left out of
- *   the dump a database was restored from must stay listed for check()
- *   (protected_table_missing) through the restore's post-data.
- *
- * The list is written as its owner, like the fences, so that the owner of
- * a table may protect it without owning the extension; what is written is
- * decided here, not by the caller.  So the caller's search_path must not
- * choose what the statements call (an operator "=" of the caller's ahead
- * of pg_catalog's would run as the list's owner): the SQL declaration
- * sets search_path = pg_catalog, pg_temp.  Nor may quote_all_identifiers
- * choose the form of the names: the statements run with it off, and the
- * names to forget are put in that form (FORGET_NAMES).
- */
-Datum
-lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
-{
-	bool		renamed = !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-	HeapTuple	tuple;
-	Oid			registry;
-	Oid			registry_owner;
-	Oid			save_userid;
-	int			save_sec_context;
-	Oid			argtypes[1] = {TEXTARRAYOID};
-	Datum		values[1];
-	uint64		added;
-	int			nestlevel;
-
-	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
-
-	registry = get_relname_relid("protected_tables",
-								 get_namespace_oid("lockfence", false));
-	if (!OidIsValid(registry))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"lockfence.protected_tables\" does not exist"),
-				 errhint("Update the extension with ALTER EXTENSION lockfence UPDATE.")));
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(registry));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", registry);
-	registry_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	nestlevel = NewGUCNestLevel();
-	(void) set_config_option("quote_all_identifiers", "off", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	SPI_connect();
-
-	/* As the caller: may it make lockfence forget these tables? */
-	if (!PG_ARGISNULL(0))
-	{
-		if (SPI_execute_with_args("SELECT c.oid FROM lockfence.protected_tables p"
-								  "  JOIN pg_catalog.pg_class c"
-								  "    ON c.oid = lockfence.protected_table_oid(p.tbl)"
-								  " WHERE p.tbl IN " FORGET_NAMES
-								  "   AND NOT EXISTS (" OWN_ROW_TRIGGER("c.oid") ")"
-								  "   AND NOT pg_catalog.pg_has_role(c.relowner, 'USAGE')"
-								  " ORDER BY p.tbl LIMIT 1",
-								  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not read lockfence.protected_tables");
-		if (SPI_processed > 0)
-		{
-			bool		isnull;
-			Oid			relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-															   SPI_tuptable->tupdesc,
-															   1, &isnull));
-
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("must be owner of table %s to make lockfence forget that it was protected",
-							get_rel_name(relid)),
-					 errdetail("lockfence.check() reports a listed table that lost its lockfence triggers.")));
-		}
-	}
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(registry_owner,
-						   save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-
-	if (SPI_execute("INSERT INTO lockfence.protected_tables (tbl)"
-					" SELECT DISTINCT pg_catalog.format('%I.%I', n.nspname, c.relname)"
-					"   FROM pg_catalog.pg_trigger t"
-					"   JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid"
-					"   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-					"  WHERE t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure"
-					"    AND t.tgparentid = 0 AND (t.tgtype::pg_catalog.int4 & 1) = 1"
-					"    AND c.relpersistence <> 't'"
-					" ON CONFLICT (tbl) DO NOTHING",
-					false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not write lockfence.protected_tables");
-	added = SPI_processed;
-
-	if (!PG_ARGISNULL(0) &&
-		SPI_execute_with_args("DELETE FROM lockfence.protected_tables p"
-							  " WHERE p.tbl IN " FORGET_NAMES
-							  "   AND NOT EXISTS (" OWN_ROW_TRIGGER("lockfence.protected_table_oid(p.tbl)") ")",
-							  1, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not write lockfence.protected_tables");
-
-	if (renamed && added > 0 &&
-		SPI_execute("DELETE FROM lockfence.protected_tables"
-					" WHERE lockfence.protected_table_oid(tbl) IS NULL",
-					false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not write lockfence.protected_tables");
-
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	SPI_finish();
-	AtEOXact_GUC(true, nestlevel);
 	PG_RETURN_VOID();
 }
