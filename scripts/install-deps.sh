@@ -35,6 +35,7 @@ packages=(
 	# the fuzzers (fuzz/run.sh): clang and libFuzzer with its sanitizer
 	# runtimes (-fsanitize=fuzzer needs libclang-rt-14-dev on Debian 12)
 	clang libclang-rt-14-dev
+	stress-ng	# STRESS=1 bash test/run-all.sh: the run under a CPU hog
 )
 
 installed() {
