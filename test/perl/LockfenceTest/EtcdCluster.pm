@@ -56,6 +56,8 @@ use HTTP::Tiny;
 use Test::More ();
 use IO::Socket::INET;
 use IPC::Run ();
+# Loaded at compile time (its INIT block sets up the port lock folder).
+use PostgreSQL::Test::Cluster ();
 use JSON::PP;
 use POSIX ();
 use Time::HiRes qw(usleep time);
@@ -145,8 +147,13 @@ sub new
 
 =item free_port()
 
-A TCP port on 127.0.0.1 that nothing listens on right now (bind to port 0
-and let the kernel choose), not handed out before by this process.
+A TCP port on 127.0.0.1 that nothing listens on right now, not handed out
+before by this process, and reserved for it: PostgreSQL::Test::Cluster's
+get_free_port(), which takes ports below the kernel's ephemeral range (so
+no outgoing connection takes it meanwhile) and writes a reservation into
+its port lock folder (PG_TEST_PORT_DIR; test/run-all.sh gives all its
+parallel TAP files one folder), so TAP files running side by side never
+pick the same port for etcd, a proxy, pgbouncer or a PostgreSQL node.
 
 =cut
 
@@ -154,14 +161,7 @@ sub free_port
 {
 	for (1 .. 50)
 	{
-		my $s = IO::Socket::INET->new(
-			LocalAddr => '127.0.0.1',
-			LocalPort => 0,
-			Proto => 'tcp',
-			Listen => 1,
-			ReuseAddr => 0) or croak "cannot bind: $!";
-		my $port = $s->sockport;
-		close $s;
+		my $port = PostgreSQL::Test::Cluster::get_free_port();
 		next if $used_ports{$port}++;
 		return $port;
 	}
