@@ -387,9 +387,11 @@ record_tap_skips() {
 	done < <(sed -n -E 's/^(\[[0-9:]+\] )?(test\/t\/[^ ]+) \.+ skipped: (.*)$/\2\t\3/p' "$work/prove.out")
 	for f in "$work"/tmp_check/log/regress_log_*; do
 		[ -f "$f" ] || continue
-		n=$(grep -c -E '^ok [0-9]+ # skip' "$f")
+		# (log lines start with "[time](elapsed) ")
+		n=$(grep -c -E '^(\[[^]]*\]\([^)]*\) )?ok [0-9]+ # skip' "$f")
 		[ "$n" -gt 0 ] || continue
-		why=$(grep -m1 -E '^ok [0-9]+ # skip' "$f" | sed -E 's/^ok [0-9]+ # skip *//')
+		why=$(grep -m1 -E '^(\[[^]]*\]\([^)]*\) )?ok [0-9]+ # skip' "$f" |
+			sed -E 's/^(\[[^]]*\]\([^)]*\) )?ok [0-9]+ # skip *//')
 		record skipped "[$label] TAP ${f##*/regress_log_}.pl: $n check(s) skipped ($why)"
 	done
 }
@@ -482,10 +484,16 @@ lane_major_timing() {
 
 # start_major_lanes LABEL PG_CONFIG
 start_major_lanes() {
-	if wanted regress || wanted isolation || wanted tap; then
+	local f bulk= timing=
+	if wanted tap; then
+		while read -r f; do
+			if is_timing "$f"; then timing=1; else bulk=1; fi
+		done < <(tap_files "$1")
+	fi
+	if wanted regress || wanted isolation || [ -n "$bulk" ]; then
 		start_lane "[$1]" lane_major "$1" "$2" "$RUN_DIR/work-$1"
 	fi
-	if wanted tap; then
+	if [ -n "$timing" ]; then
 		start_lane "[$1] timing-sensitive TAP" lane_major_timing "$1" "$2" "$RUN_DIR/work-$1.timing"
 	fi
 }
