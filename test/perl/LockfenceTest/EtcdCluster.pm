@@ -920,6 +920,26 @@ sub send_query
 
 =pod
 
+=item statement_start(node, pid)
+
+When the statement a backend runs, or ran last, started (query_start, in
+seconds since the epoch, by the server's clock), read through another
+connection.  A time bound on a statement runs from there, not from before
+the test's psql was handed the statement: on a busy machine getting it
+through IPC::Run and psql to the server alone took longer than a 100 ms
+budget.  Time::HiRes::time() reads the same clock.
+
+=cut
+
+sub statement_start
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM query_start) FROM pg_stat_activity WHERE pid = $pid");
+}
+
+=pod
+
 =item wait_result(session, seconds)
 
 Wait (default 60 s) for the result of the SQL sent last by send_query.
