@@ -217,11 +217,42 @@ kill_tree() {
 	kill -TERM "$1" 2>/dev/null
 }
 
+# On interrupt: stop the lanes, give them 10 s to end (the demonstration
+# and the history test stop their servers from their own traps), then
+# stop what is left running from the run's folder: PostgreSQL nodes of
+# TAP files whose perl was killed before its END block (only
+# LockfenceTest::EtcdCluster turns a signal into a clean exit), pgbouncer.
+# Found by command line or working folder under $RUN_DIR, stopped by pid.
 stop_lanes() {
-	local p
+	local p i left pids=()
 	for p in "${LANE_PIDS[@]}"; do
 		kill -0 "$p" 2>/dev/null && kill_tree "$p"
 	done
+	for ((i = 0; i < 20; i++)); do
+		left=
+		for p in "${LANE_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+		[ -z "$left" ] && break
+		sleep 0.5
+	done
+	[ -n "$RUN_DIR" ] || return 0
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[ "$p" = "$$" ] && continue
+		if { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -F "$RUN_DIR/" ||
+			[[ "$(readlink "/proc/$p/cwd" 2>/dev/null)" == "$RUN_DIR"/* ]]; then
+			pids+=("$p")
+		fi
+	done
+	[ ${#pids[@]} -gt 0 ] || return 0
+	echo "run-all.sh: stopping ${#pids[@]} process(es) left from the run" >&2
+	kill -TERM "${pids[@]}" 2>/dev/null
+	for ((i = 0; i < 10; i++)); do
+		left=
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+		[ -z "$left" ] && return 0
+		sleep 0.5
+	done
+	kill -KILL "${pids[@]}" 2>/dev/null
 	return 0
 }
 
