@@ -41,6 +41,9 @@
 #	  PRELOAD (1: lockfence in shared_preload_libraries, its metrics on),
 #	  KEEP=1 keeps the temp folder.
 #
+#	  Ends with one "RESULT name=ID median=M min=LO max=HI n=N" line per
+#	  ratio of the table, which bench/all.sh reads.
+#
 # IDENTIFICATION
 #	  bench/core.sh
 #
@@ -148,17 +151,7 @@ EOF
 	echo "$wall $cpu"
 }
 
-median() {
-	sort -g | awk '{ a[NR] = $1 } END {
-		if (NR % 2) printf "%.4f\n", a[(NR + 1) / 2];
-		else printf "%.4f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
-# Per-round ratios a/b of two sample files: "median min max".
-ratio_stats() {
-	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 / $2 }' >"$WORK/ratios"
-	echo "$(median <"$WORK/ratios") $(sort -g "$WORK/ratios" | head -1) $(sort -g "$WORK/ratios" | tail -1)"
-}
+# median, ratio_stats and result: in setup.sh.
 
 # ---------------------------------------------------------------------------
 # Measure
@@ -201,11 +194,14 @@ done
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
-# check NAME DESCRIPTION STATS OP TARGET
+# check NAME DESCRIPTION STATS OP TARGET ID: a row of the table, and a
+# RESULT line named ID (printed at the end) for bench/all.sh.
 MET_ALL=1
+RESULTS=
 check() {
-	local name=$1 desc=$2 stats=$3 op=$4 target=$5 med lo hi ok
-	read -r med lo hi <<<"$stats"
+	local name=$1 desc=$2 stats=$3 op=$4 target=$5 id=$6 med lo hi n ok
+	read -r med lo hi n <<<"$stats"
+	RESULTS+="$(result "$id" "$stats")"$'\n'
 	if awk -v m="$med" -v t="$target" -v op="$op" \
 		'BEGIN { exit !((op == ">=") ? (m >= t) : (m <= t)) }'; then
 		ok=met
@@ -247,34 +243,37 @@ done
 echo
 printf '%-3s %-44s %7s  %-13s  %s\n' "" "ratio (median of per-round ratios)" "median" "[min-max]" "target"
 check B1 "TPS lockfence / TPS no trigger" \
-	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_none.tps")" ">=" 0.90
+	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_none.tps")" ">=" 0.90 B1_tps_ratio
 check B2 "TPS lockfence / TPS PL/pgSQL trigger" \
-	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_plpgsql.tps")" ">=" 1.00
+	"$(ratio_stats "$WORK/b1_lockfence.tps" "$WORK/b1_plpgsql.tps")" ">=" 1.00 B2_tps_ratio
 check B1 "CPU/xact no trigger / CPU/xact lockfence" \
-	"$(ratio_stats "$WORK/b1_none.cpu" "$WORK/b1_lockfence.cpu")" ">=" 0.90
+	"$(ratio_stats "$WORK/b1_none.cpu" "$WORK/b1_lockfence.cpu")" ">=" 0.90 B1_cpu_ratio
 check B2 "CPU/xact PL/pgSQL / CPU/xact lockfence" \
-	"$(ratio_stats "$WORK/b1_plpgsql.cpu" "$WORK/b1_lockfence.cpu")" ">=" 1.00
+	"$(ratio_stats "$WORK/b1_plpgsql.cpu" "$WORK/b1_lockfence.cpu")" ">=" 1.00 B2_cpu_ratio
 check B1 "async: TPS lockfence / TPS no trigger" \
-	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_none_async.tps")" ">=" 0.90
+	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_none_async.tps")" ">=" 0.90 B1_async_tps_ratio
 check B2 "async: TPS lockfence / TPS PL/pgSQL" \
-	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_plpgsql_async.tps")" ">=" 1.00
+	"$(ratio_stats "$WORK/b1_lockfence_async.tps" "$WORK/b1_plpgsql_async.tps")" ">=" 1.00 B2_async_tps_ratio
 check B1 "async: CPU/xact none / CPU/xact lockfence" \
-	"$(ratio_stats "$WORK/b1_none_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 0.90
+	"$(ratio_stats "$WORK/b1_none_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 0.90 B1_async_cpu_ratio
 check B2 "async: CPU/xact PL/pgSQL / CPU/xact lf" \
-	"$(ratio_stats "$WORK/b1_plpgsql_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 1.00
+	"$(ratio_stats "$WORK/b1_plpgsql_async.cpu" "$WORK/b1_lockfence_async.cpu")" ">=" 1.00 B2_async_cpu_ratio
 for m in ms cpu; do
 	[ $m = ms ] && what="wall-clock" || what="CPU"
 	check B3 "$what lockfence / no trigger" \
-		"$(ratio_stats "$WORK/b3_lockfence.$m" "$WORK/b3_none.$m")" "<=" 1.30
+		"$(ratio_stats "$WORK/b3_lockfence.$m" "$WORK/b3_none.$m")" "<=" 1.30 "B3_${m}_ratio"
 	check B3 "$what PL/pgSQL trigger / lockfence" \
-		"$(ratio_stats "$WORK/b3_plpgsql.$m" "$WORK/b3_lockfence.$m")" ">=" 3.00
+		"$(ratio_stats "$WORK/b3_plpgsql.$m" "$WORK/b3_lockfence.$m")" ">=" 3.00 "B3_${m}_plpgsql_ratio"
+	# issue 21: lockfence at most 1.05x the no-op C trigger
+	check B3 "$what lockfence / no-op C trigger" \
+		"$(ratio_stats "$WORK/b3_lockfence.$m" "$WORK/b3_ctrig.$m")" "<=" 1.05 "B3_${m}_vs_ctrig"
 done
 echo "For reference, the floor of any row trigger and the most any trigger could reach:"
 for m in ms cpu; do
 	[ $m = ms ] && what="wall-clock" || what="CPU"
 	for pair in "ctrig none no-op C trigger / no trigger" "plpgsql none PL/pgSQL trigger / no trigger"; do
 		read -r a b desc <<<"$pair"
-		read -r med lo hi <<<"$(ratio_stats "$WORK/b3_$a.$m" "$WORK/b3_$b.$m")"
+		read -r med lo hi _ <<<"$(ratio_stats "$WORK/b3_$a.$m" "$WORK/b3_$b.$m")"
 		printf '%-3s %-44s %7.3f  [%5.3f-%5.3f]\n' "(B3" "$what $desc)" "$med" "$lo" "$hi"
 	done
 done
@@ -289,3 +288,5 @@ if [ "$MET_ALL" = 1 ]; then
 else
 	echo "some targets NOT met"
 fi
+echo
+printf '%s' "$RESULTS"

@@ -55,7 +55,8 @@ Prints, per holder count, p50/p99 and cycles/s per client, the etcd
 requests per cycle (etcd's grpc_server_started_total counters: session
 lease grants, keepalives and revokes, and watch streams, count too), and
 lockfence's ratios to each client; then PASS/FAIL lines for the issue's
-targets.  The exit status does not depend on the targets (a benchmark is
+targets, and "RESULT name=ID median=M min=LO max=HI n=N" lines from the
+per-round figures, which bench/all.sh reads.  The exit status does not depend on the targets (a benchmark is
 not a test): it is non-zero only when a client fails or a safety check
 does.  /usr/bin/python3 with Debian's python3-psycopg; standard library
 otherwise.
@@ -485,6 +486,37 @@ def print_targets(summary):
     summary["targets"] = lines
 
 
+def print_results(summary):
+    """Machine-readable lines for bench/all.sh, from the per-round figures
+    (each round ran every client side by side): "RESULT name=ID median=M
+    min=LO max=HI n=N" for the targets of issue 21 (item 4)."""
+    h = summary["holders"]
+
+    def emit(name, vals):
+        vals = sorted(vals)
+        if not vals:
+            return
+        n = len(vals)
+        med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+        print("RESULT name=%s median=%.4f min=%.4f max=%.4f n=%d" % (name, med, vals[0], vals[-1], n))
+
+    def per_round(k, a, b, field):
+        if a in h.get(k, {}) and b in h.get(k, {}):
+            return [x / y for x, y in zip(h[k][a][field], h[k][b][field]) if y]
+        return []
+
+    print()
+    emit("E1_p50_vs_session_floor", per_round("1", "lockfence", "session-floor", "round_p50_ms"))
+    for k in sorted(h, key=int):
+        if "lockfence" in h[k]:
+            emit("E%s_p50_ms" % k, h[k]["lockfence"]["round_p50_ms"])
+            emit("E%s_cycles_per_s" % k, h[k]["lockfence"]["round_cycles_per_s"])
+        if int(k) > 1:
+            emit("E%s_p50_vs_watch_c" % k, per_round(k, "lockfence", "watch-c", "round_p50_ms"))
+            emit("E%s_watch_c_vs_cycles_per_s" % k,
+                 per_round(k, "watch-c", "lockfence", "round_cycles_per_s"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--etcd", required=True, help="etcd client URL (http)")
@@ -515,6 +547,7 @@ def main():
 
     acc = {(h, c): ([], [], {}) for h in holder_counts for c in CLIENTS}
     round_p50 = {(h, c): [] for h in holder_counts for c in CLIENTS}
+    round_cps = {(h, c): [] for h in holder_counts for c in CLIENTS}
     for r in range(args.rounds):
         for h in holder_counts:
             for c in clients_for(args, h):
@@ -523,6 +556,7 @@ def main():
                 a = acc[(h, c)]
                 acc[(h, c)] = (a[0] + lat, a[1] + grants, add(a[2], nreq))
                 round_p50[(h, c)].append(pct(sorted(lat), 50) * 1e3)
+                round_cps[(h, c)].append(len(lat) / args.seconds)
                 sys.stderr.write("round %d, %2d holders, %-13s cycles %6d  p50 %8.3f ms\n"
                                  % (r + 1, h, c, len(lat), pct(sorted(lat), 50) * 1e3))
 
@@ -542,12 +576,14 @@ def main():
             summary["holders"][str(h)][c] = {
                 "cycles": n, "p50_ms": pct(lat, 50) * 1e3, "p99_ms": pct(lat, 99) * 1e3,
                 "round_p50_ms": round_p50[(h, c)],
+                "round_cycles_per_s": round_cps[(h, c)],
                 "cycles_per_s": n / total,
                 "requests_per_cycle": sum(acc[(h, c)][2].values()) / n if n else None,
                 "requests_per_cycle_by_method": {m: k / n for m, k in
                                                  sorted(acc[(h, c)][2].items())} if n else {}}
         print_table(args, summary, h)
     print_targets(summary)
+    print_results(summary)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

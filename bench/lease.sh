@@ -26,6 +26,9 @@
 #	  SYNC (on: synchronous_commit for every variant; off for CPU-bound),
 #	  L2_SECONDS (10), HOLD_MS (1), KEEP=1 keeps the temp folder.
 #
+#	  Ends with "RESULT name=ID median=M min=LO max=HI n=N" lines, which
+#	  bench/all.sh reads.
+#
 # IDENTIFICATION
 #	  bench/lease.sh
 #
@@ -160,18 +163,24 @@ rounds() {
 			awk -v a="${T[${vs[0]},$r]}" -v b="${T[$v,$r]}" 'BEGIN {print b / a}'; done)
 		printf '  time per cycle, %s / %s: median %.2fx (rounds %s)\n' "${vs[0]}" "$v" \
 			"$(echo "$ratios" | median)" "$(echo "$ratios" | sort -g | awk '{printf "%s%.2f", (NR > 1 ? " " : ""), $1}')"
+		RESULTS+="RESULT name=${RESULT_PREFIX}_${vs[0]}_vs_$v median=$(echo "$ratios" | median)"
+		RESULTS+=" min=$(echo "$ratios" | sort -g | head -1) max=$(echo "$ratios" | sort -g | tail -1) n=$ROUNDS"$'\n'
 	done
 }
+RESULTS=
 
 echo "lockfence lease benchmark: $(date -u +%Y-%m-%dT%H:%MZ), git $(git -C "$TREE" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}'), synchronous_commit=$SYNC, $(nproc) cores, ROUNDS=$ROUNDS DURATION=${DURATION}s"
 echo
 echo "L1  uncontended cycle, 1 session (two autocommit statements per cycle)"
-rounds lease advisory update
+RESULT_PREFIX=L1 rounds lease advisory update
 
 echo
 echo "L2  8 sessions contending for one lease (hold ${HOLD_MS} ms), ${L2_SECONDS} s"
-as_pg /usr/bin/python3 - "$L2_SECONDS" "$HOLD_MS" "host=$SOCK port=$PORT dbname=postgres user=postgres" <<'EOF'
+: >"$WORK/l2.result"
+chown postgres: "$WORK/l2.result"
+as_pg /usr/bin/python3 - "$L2_SECONDS" "$HOLD_MS" "host=$SOCK port=$PORT dbname=postgres user=postgres" \
+	"$WORK/l2.result" <<'EOF'
 import multiprocessing as mp, sys, time
 import psycopg
 seconds, hold_ms, dsn = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
@@ -205,8 +214,19 @@ def pct(p): return hand[min(len(hand) - 1, int(p * len(hand)))]
 print(f"  grants {len(rows)}, tokens {toks[0]}..{toks[-1]}, consecutive: {toks == list(range(toks[0], toks[0] + len(toks)))}")
 print(f"  hand-on (release -> next grant): p50 {pct(0.5):.2f} ms, p90 {pct(0.9):.2f} ms, p99 {pct(0.99):.2f} ms, max {hand[-1]:.2f} ms")
 print(f"  lost wake-ups (hand-on > 1 s, TTL {TTL:.0f} s): {sum(1 for h in hand if h > 1000)}")
+lost = sum(1 for h in hand if h > 1000) + (toks != list(range(toks[0], toks[0] + len(toks))))
+with open(sys.argv[4], "w") as f:
+    for name, v in (("L2_handon_p50_ms", pct(0.5)), ("L2_handon_p99_ms", pct(0.99)),
+                    ("L2_lost_wakeups", lost)):
+        f.write(f"RESULT name={name} median={v:.3f} min={v:.3f} max={v:.3f} n=1\n")
 EOF
 
 echo
 echo "L3  the cycle on a name drawn from 10 vs from 10^5 leases, 1 session"
-rounds names10 names100000
+RESULT_PREFIX=L3 rounds names10 names100000
+
+# For bench/all.sh: the ratios above (time per cycle, median of the
+# per-round ratios) and L2's hand-on (one run: n=1).
+echo
+printf '%s' "$RESULTS"
+cat "$WORK/l2.result"

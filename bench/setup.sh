@@ -1,12 +1,13 @@
 # shellcheck shell=bash
 #
 # bench/setup.sh
-#	  Shared setup of the lockfence benchmarks, sourced by core.sh and
-#	  profile.sh: a private PostgreSQL 15 with the extension built from this
+#	  Shared setup of the lockfence benchmarks, sourced by core.sh,
+#	  multixact.sh and profile.sh: a private PostgreSQL 15 with the extension built from this
 #	  tree, a throwaway server run as user postgres, the benchmark tables,
 #	  and a check that both fence triggers really reject stale writes.
 #
-#	  Expects CLIENTS and BULK_ROWS; PRELOAD=0 leaves lockfence out of
+#	  Expects CLIENTS and BULK_ROWS; MAX_CONNECTIONS (20) for more clients;
+#	  PRELOAD=0 leaves lockfence out of
 #	  shared_preload_libraries (default: in, so its metrics count).  Sets
 #	  BIN, WORK, SOCK, PORT, as_pg and psql_q.  The EXIT trap stops the server and removes WORK.
 #
@@ -14,7 +15,7 @@
 #	  bench/setup.sh
 #
 
-die() { echo "core.sh: $*" >&2; exit 1; }
+die() { echo "${0##*/}: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run me as root (the server runs as user postgres)"
 id postgres >/dev/null 2>&1 || die "user postgres does not exist"
@@ -34,7 +35,7 @@ cleanup() {
 			-w stop >/dev/null 2>&1 || true
 	fi
 	if [ "${KEEP:-0}" = 1 ]; then
-		echo "core.sh: kept $WORK" >&2
+		echo "${0##*/}: kept $WORK" >&2
 	else
 		rm -rf "$WORK"
 	fi
@@ -93,7 +94,7 @@ unix_socket_directories = '$SOCK'
 autovacuum = off			# VACUUM is run between runs instead
 max_wal_size = 4GB			# CHECKPOINT is run between runs instead
 checkpoint_timeout = 30min
-max_connections = 20
+max_connections = ${MAX_CONNECTIONS:-20}
 EOF
 # With the library preloaded its metrics count every check (shared-memory
 # atomics): the configuration docs/metrics.md describes, and the costlier one.
@@ -246,4 +247,37 @@ bench_update() {
 	else
 		echo "UPDATE $tbl SET val = val + 1, fence_token = $tok WHERE $cond;"
 	fi
+}
+
+# ---------------------------------------------------------------------------
+# Helpers of the reports
+# ---------------------------------------------------------------------------
+median() {
+	sort -g | awk '{ a[NR] = $1 } END {
+		if (NR % 2) printf "%.4f\n", a[(NR + 1) / 2];
+		else printf "%.4f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# The samples of a file (one a line): "median min max n".
+stats() {
+	echo "$(median <"$1") $(sort -g "$1" | head -1) $(sort -g "$1" | tail -1) $(wc -l <"$1")"
+}
+
+# Per-round ratios a/b of two sample files: "median min max n".
+ratio_stats() {
+	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 / $2 }' >"$WORK/ratios"
+	stats "$WORK/ratios"
+}
+
+# Per-round differences a-b of two sample files: "median min max n".
+diff_stats() {
+	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 - $2 }' >"$WORK/diffs"
+	stats "$WORK/diffs"
+}
+
+# result NAME "median min max n": one machine-readable line for bench/all.sh.
+result() {
+	local med lo hi n
+	read -r med lo hi n <<<"$2"
+	echo "RESULT name=$1 median=$med min=$lo max=$hi n=$n"
 }
