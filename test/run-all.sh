@@ -538,7 +538,7 @@ make_shared_dir() {
 # Counted from the outcome files, in order.
 closing_line() {
 	local passed failed skipped
-	cat "$@" >"$RUN_DIR/all.results"
+	cat "$@" >"$RUN_DIR/all.results" 2>/dev/null
 	passed=$(grep -c '^passed ' "$RUN_DIR/all.results")
 	failed=$(grep -c '^failed ' "$RUN_DIR/all.results")
 	skipped=$(grep -c '^skipped ' "$RUN_DIR/all.results")
