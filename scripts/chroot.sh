@@ -40,6 +40,8 @@ CHROOT_PACKAGES=(
 	make gcc libc6-dev libcurl4-openssl-dev libipc-run-perl perl
 	openssl python3 python3-yaml procps ca-certificates
 	prometheus-postgres-exporter
+	pgbouncer	# 19, 71 (pgbouncer in transaction pooling)
+	git	# 07 (make dist archives the git HEAD)
 	postgresql-17 postgresql-server-dev-17
 )
 CHROOT_SID_PACKAGES=(postgresql-18 postgresql-server-dev-18)

@@ -37,6 +37,7 @@ packages=(
 	clang libclang-rt-14-dev
 	# Citus' build (scripts/citus.sh), for the Citus suites
 	liblz4-dev libzstd-dev libkrb5-dev libssl-dev
+	stress-ng	# STRESS=1 bash test/run-all.sh: the run under a CPU hog
 )
 
 installed() {

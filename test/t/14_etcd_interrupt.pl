@@ -12,7 +12,14 @@ use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
 
-# Time allowed from the interrupt to the error reaching the client.
+# Time allowed from the interrupt to the error reaching the client.  It
+# runs from the server's clock when the signal is sent (or, for
+# statement_timeout, when the statement started), not from before the
+# test's own request: the round trip of the canceller's query through psql
+# and IPC::Run is the harness's time, not the waiter's, and on a busy
+# machine it alone took longer than the budget (128.6 ms for a
+# termination the waiter answered at once).  Perl's time() and
+# clock_timestamp() read the same clock.
 my $budget = 0.1;
 
 my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'interrupt');
@@ -27,6 +34,17 @@ chomp $hkey;
 my @base_leases = sort $etcd->leases;
 
 my $canceller = LockfenceTest::EtcdCluster::session($node);
+
+# Signal a backend from the canceller's session with FN (pg_cancel_backend,
+# pg_terminate_backend); returns the server's clock just before it did.
+sub signal_backend
+{
+	my ($fn, $pid) = @_;
+	my ($t, $sent) = split /\|/,
+	  $canceller->query_safe("SELECT extract(epoch FROM clock_timestamp()), $fn($pid)");
+	is($sent, 't', "$fn signalled the waiter");
+	return $t;
+}
 
 # Pump a session until its stderr shows an error; returns the time it did.
 sub wait_for_error
@@ -57,8 +75,7 @@ sub start_waiter
 # --- pg_cancel_backend -------------------------------------------------------
 
 my $w = start_waiter();
-my $t0 = time;
-$canceller->query_safe("SELECT pg_cancel_backend($w->{pid})");
+my $t0 = signal_backend('pg_cancel_backend', $w->{pid});
 my $t1 = wait_for_error($w, 30);
 ok(defined $t1, 'cancelled waiter got an error');
 my $elapsed = defined $t1 ? $t1 - $t0 : 999;
@@ -77,11 +94,14 @@ $w->quit;
 
 $w = LockfenceTest::EtcdCluster::session($node);
 $w->query_safe("SET statement_timeout = '1s'");
-$t0 = time;
 LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
 $t1 = wait_for_error($w, 30);
 ok(defined $t1, 'waiter under statement_timeout got an error');
+# When the statement started (its timeout starts just after): the failed
+# statement stays the session's last one.
+$t0 = $canceller->query_safe(
+	"SELECT extract(epoch FROM query_start) FROM pg_stat_activity WHERE pid = $w->{pid}");
 $elapsed = defined $t1 ? $t1 - $t0 : 999;
 ok($elapsed >= 1.0 && $elapsed < 1.0 + $budget,
 	sprintf('statement_timeout of 1 s stopped the wait after %.1f ms',
@@ -97,8 +117,7 @@ $w->quit;
 # --- pg_terminate_backend --------------------------------------------------------
 
 $w = start_waiter();
-$t0 = time;
-$canceller->query_safe("SELECT pg_terminate_backend($w->{pid})");
+$t0 = signal_backend('pg_terminate_backend', $w->{pid});
 $t1 = wait_for_error($w, 30);
 ok(defined $t1, 'terminated waiter got an error');
 $elapsed = defined $t1 ? $t1 - $t0 : 999;

@@ -162,12 +162,13 @@ for my $i (1 .. $tries)
 	# load the library and open the connections first: the lateness of
 	# the wait_timeout is measured, not the session's first call
 	$w->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('warm', 3)");
-	my $t_sent = time;
 	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
 	ok(poll_until(30, sub { scalar(keys_under('stop/')) == 2 }),
 		"wait_timeout $i: waiter queued its key");
 	$etcd->pause_member(0);
 	my $t1 = wait_for_error($w, 15);
+	# the wait_timeout runs from the statement's start on the server
+	my $t_sent = LockfenceTest::EtcdCluster::statement_start($node, $w->{pid});
 	ok(defined $t1, "wait_timeout $i: error arrived");
 	like($w->{stderr}, qr/ERROR:\s+55P03/, "wait_timeout $i: 55P03")
 	  or diag $w->{stderr};
@@ -242,9 +243,9 @@ for my $i (1 .. $tries)
 	$fault->clear;
 	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1, ops => []);
 	$fault->set(path => '/v3/kv/txn', mode => 'hang', seconds => 10);
-	my $t_sent = time;
 	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
 	my $t1 = wait_for_error($w, 15);
+	my $t_sent = LockfenceTest::EtcdCluster::statement_start($node, $w->{pid});
 	ok(defined $t1, "queue read $i: error arrived");
 	like($w->{stderr}, qr/ERROR:\s+55P03/, "queue read $i: 55P03") or diag $w->{stderr};
 	like($w->{stderr}, qr/DETAIL:\s+The wait_timeout passed during a read of the lock queue/,

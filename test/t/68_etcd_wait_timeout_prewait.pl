@@ -70,9 +70,11 @@ sub sample
 	$w->query_safe("LOAD 'lockfence'");
 	$prepare->($w);
 	$etcd->pause_member(0);
-	my $t_sent = time;
 	send_query($w, $sql);
 	my $t1 = wait_for_error($w, 30);
+	# from the statement's start on the server (the waiter's session is
+	# still there after its ERROR, with the call as its last statement)
+	my $t_sent = LockfenceTest::EtcdCluster::statement_start($node, $w->{pid});
 	my $ms = defined $t1 ? ($t1 - $t_sent) * 1000 : 99999;
 	$etcd->resume_member(0);
 

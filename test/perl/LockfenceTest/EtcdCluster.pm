@@ -56,6 +56,8 @@ use HTTP::Tiny;
 use Test::More ();
 use IO::Socket::INET;
 use IPC::Run ();
+# Loaded at compile time (its INIT block sets up the port lock folder).
+use PostgreSQL::Test::Cluster ();
 use JSON::PP;
 use POSIX ();
 use Time::HiRes qw(usleep time);
@@ -145,8 +147,13 @@ sub new
 
 =item free_port()
 
-A TCP port on 127.0.0.1 that nothing listens on right now (bind to port 0
-and let the kernel choose), not handed out before by this process.
+A TCP port on 127.0.0.1 that nothing listens on right now, not handed out
+before by this process, and reserved for it: PostgreSQL::Test::Cluster's
+get_free_port(), which takes ports below the kernel's ephemeral range (so
+no outgoing connection takes it meanwhile) and writes a reservation into
+its port lock folder (PG_TEST_PORT_DIR; test/run-all.sh gives all its
+parallel TAP files one folder), so TAP files running side by side never
+pick the same port for etcd, a proxy, pgbouncer or a PostgreSQL node.
 
 =cut
 
@@ -154,14 +161,7 @@ sub free_port
 {
 	for (1 .. 50)
 	{
-		my $s = IO::Socket::INET->new(
-			LocalAddr => '127.0.0.1',
-			LocalPort => 0,
-			Proto => 'tcp',
-			Listen => 1,
-			ReuseAddr => 0) or croak "cannot bind: $!";
-		my $port = $s->sockport;
-		close $s;
+		my $port = PostgreSQL::Test::Cluster::get_free_port();
 		next if $used_ports{$port}++;
 		return $port;
 	}
@@ -916,6 +916,26 @@ sub send_query
 	$s->{lf_marker} = "LF_SENT_$n";
 	$s->query_until(qr/$s->{lf_marker}/, "\\echo $s->{lf_marker}\n$sql\n");
 	return;
+}
+
+=pod
+
+=item statement_start(node, pid)
+
+When the statement a backend runs, or ran last, started (query_start, in
+seconds since the epoch, by the server's clock), read through another
+connection.  A time bound on a statement runs from there, not from before
+the test's psql was handed the statement: on a busy machine getting it
+through IPC::Run and psql to the server alone took longer than a 100 ms
+budget.  Time::HiRes::time() reads the same clock.
+
+=cut
+
+sub statement_start
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM query_start) FROM pg_stat_activity WHERE pid = $pid");
 }
 
 =pod
