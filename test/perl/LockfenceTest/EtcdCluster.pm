@@ -733,7 +733,10 @@ sub kill_member
 
 SIGSTOP / SIGCONT member i: it keeps its sockets (connections are
 accepted by the kernel) but answers nothing, like a hung or partitioned
-server.
+server.  pause_member returns only once every thread of the member is
+stopped: kill() only queues the stop, and on a loaded machine a thread
+of etcd answered a request sent right after it (TAP 68, warm 2, got its
+lock from a "stopped" member).
 
 =cut
 
@@ -741,8 +744,24 @@ sub pause_member
 {
 	my ($self, $i) = @_;
 	my $m = $self->{member}[$i];
-	kill('STOP', $m->{pid}) if defined $m->{pid};
-	return;
+	return unless defined $m->{pid};
+	kill('STOP', $m->{pid});
+	my $until = time + 10;
+	while (time < $until)
+	{
+		my $running = 0;
+		for my $stat (glob("/proc/$m->{pid}/task/*/stat"))
+		{
+			open(my $fh, '<', $stat) or next;    # a thread that exited
+			my $line = <$fh> // '';
+			close $fh;
+			# "tid (comm) S ...": the state follows the last ')'
+			$running++ unless $line =~ /\)\s+[tT]\s/;
+		}
+		return if $running == 0;
+		usleep(1_000);
+	}
+	croak "etcd member $i (pid $m->{pid}) did not stop within 10 s of SIGSTOP";
 }
 
 sub resume_member
