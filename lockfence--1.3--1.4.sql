@@ -921,3 +921,89 @@ $$;
 -- The tables protected now: those with a lockfence row trigger of their
 -- own (partitions' cloned row triggers are their parent's).
 SELECT lockfence.sync_protected_tables();
+
+/* issue 21 item 1: the resource lock (fence_lock.c) for raise_floor() */
+
+-- Take the resource lock of resource in ExclusiveLock mode until the
+-- transaction ends, as fence() does before it advances a fence row: for SQL
+-- that writes fence rows other than through fence() (raise_floor), so that
+-- the write waits for every transaction that fenced the old token.
+CREATE FUNCTION lockfence.lock_resource(resource text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_lock_resource'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.lock_resource(text) IS
+    'Wait for the fencers of resource and hold off new ones until commit (for functions writing fence rows)';
+
+REVOKE ALL ON FUNCTION lockfence.lock_resource(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION lockfence.raise_floor(floor bigint, resources text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    raised bigint;
+    bad text;
+BEGIN
+    IF raise_floor.floor IS NULL THEN
+        RAISE EXCEPTION 'fence floor must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF raise_floor.floor < 0 THEN
+        RAISE EXCEPTION 'fence floor must not be negative'
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  DETAIL = pg_catalog.format('The floor given was %s.', raise_floor.floor);
+    END IF;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'cannot raise the fence floor while the server is in recovery'
+            USING ERRCODE = 'read_only_sql_transaction',
+                  HINT = 'Run it on the primary, after the promotion.';
+    END IF;
+
+    PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
+    IF raise_floor.resources IS NULL THEN
+        -- Any holder may present the floor, and no lease survives it; rows
+        -- are raised after every transaction that fenced them (lock_resource).
+        PERFORM lockfence.lock_resource(f.resource) FROM lockfence.fences f WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor ORDER BY f.resource;
+        UPDATE lockfence.fences f
+           SET token = raise_floor.floor,
+               accepted_at = pg_catalog.statement_timestamp(),
+               holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
+         WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor;
+        GET DIAGNOSTICS raised = ROW_COUNT;
+        -- What this transaction fenced before may be below the floor now.
+        PERFORM lockfence.forget_fenced(NULL);
+        RETURN raised;
+    END IF;
+
+    SELECT r INTO bad
+      FROM pg_catalog.unnest(raise_floor.resources) AS r
+     WHERE r IS NULL OR r OPERATOR(pg_catalog.=) ''
+        OR pg_catalog.octet_length(r) OPERATOR(pg_catalog.>) 255
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid fencing resource name in resources'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = CASE WHEN bad IS NULL THEN 'The array holds a null.'
+                                WHEN bad OPERATOR(pg_catalog.=) '' THEN 'The array holds an empty name.'
+                                ELSE 'A name is longer than 255 bytes.' END;
+    END IF;
+
+    PERFORM lockfence.lock_resource(r)
+       FROM (SELECT DISTINCT r FROM pg_catalog.unnest(raise_floor.resources) AS r) AS d
+      ORDER BY r;
+    INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)
+    SELECT DISTINCT r, raise_floor.floor, pg_catalog.statement_timestamp(),
+           NULL::text
+      FROM pg_catalog.unnest(raise_floor.resources) AS r
+        ON CONFLICT (resource) DO UPDATE
+       SET token = excluded.token, accepted_at = excluded.accepted_at,
+           holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
+     WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
+    GET DIAGNOSTICS raised = ROW_COUNT;
+    PERFORM lockfence.forget_fenced(raise_floor.resources);
+    RETURN raised;
+END
+$$;

@@ -1439,9 +1439,9 @@ BEGIN
 
     PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
     IF raise_floor.resources IS NULL THEN
-        -- The holder of the floor is unknown: any holder may present it.
-        -- No lease survives a floor: its holder lost it with the failover,
-        -- and the floor is no lease token.
+        -- Any holder may present the floor, and no lease survives it; rows
+        -- are raised after every transaction that fenced them (lock_resource).
+        PERFORM lockfence.lock_resource(f.resource) FROM lockfence.fences f WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor ORDER BY f.resource;
         UPDATE lockfence.fences f
            SET token = raise_floor.floor,
                accepted_at = pg_catalog.statement_timestamp(),
@@ -1466,6 +1466,9 @@ BEGIN
                                 ELSE 'A name is longer than 255 bytes.' END;
     END IF;
 
+    PERFORM lockfence.lock_resource(r)
+       FROM (SELECT DISTINCT r FROM pg_catalog.unnest(raise_floor.resources) AS r) AS d
+      ORDER BY r;
     INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)
     SELECT DISTINCT r, raise_floor.floor, pg_catalog.statement_timestamp(),
            NULL::text
@@ -1756,6 +1759,20 @@ COMMENT ON FUNCTION lockfence.forget_fenced(text[]) IS
     'Forget the tokens this transaction fenced (for functions writing fence rows)';
 
 REVOKE ALL ON FUNCTION lockfence.forget_fenced(text[]) FROM PUBLIC;
+
+-- Take the resource lock of resource in ExclusiveLock mode until the
+-- transaction ends, as fence() does before it advances a fence row: for SQL
+-- that writes fence rows other than through fence() (raise_floor), so that
+-- the write waits for every transaction that fenced the old token.
+CREATE FUNCTION lockfence.lock_resource(resource text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_lock_resource'
+LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.lock_resource(text) IS
+    'Wait for the fencers of resource and hold off new ones until commit (for functions writing fence rows)';
+
+REVOKE ALL ON FUNCTION lockfence.lock_resource(text) FROM PUBLIC;
 
 -- NULL when lockfence.fences is exactly as the install scripts make it,
 -- else what differs.  Fences and leases then go through SQL statements.

@@ -5,8 +5,8 @@
  *	  current_token and reset.
  *
  * A check is answered from the transaction's cache when this transaction
- * already fenced the same token for the resource (its row is locked by us
- * until we end), and from the fence table otherwise.
+ * already fenced the same token for the resource (it holds the resource
+ * lock until it ends, fence_lock.c), and from the fence table otherwise.
  *
  * fence() and try_fence() accept a token equal to the recorded fence: the
  * caller says it holds the lock that token came from.  The trigger asks
@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "failover_guard.h"
+#include "fence_lock.h"
 #include "lockfence.h"
 #include "metrics.h"
 
@@ -125,8 +126,8 @@ lockfence_report_rejection(const char *resource, int64 token,
 
 /*
  * Has this transaction already fenced resource with token, for a holder
- * compatible with holder?  Then its fence row is locked by us, and the
- * check needs no table access.
+ * compatible with holder?  Then it holds the resource lock, and the check
+ * needs no table access.
  */
 bool
 fence_cache_covers(const char *resource, int64 token, const char *holder)
@@ -134,8 +135,12 @@ fence_cache_covers(const char *resource, int64 token, const char *holder)
 	int64		cached_token;
 	const char *cached_holder;
 
-	return fence_cache_lookup(resource, &cached_token, &cached_holder) &&
-		cached_token == token &&
+	if (!fence_cache_lookup(resource, &cached_token, &cached_holder))
+		return false;
+	/* The cache stands for the resource lock: both follow savepoints. */
+	Assert(fence_lock_held(resource, ShareLock) ||
+		   fence_lock_held(resource, ExclusiveLock));
+	return cached_token == token &&
 		(cached_holder == NULL || holder == NULL ||
 		 strcmp(cached_holder, holder) == 0);
 }
@@ -143,7 +148,7 @@ fence_cache_covers(const char *resource, int64 token, const char *holder)
 /*
  * Check token (with an optional holder) for resource in the current
  * transaction.  On acceptance the fence is advanced if the token is higher
- * and the fence row stays locked until the transaction ends.  With
+ * and the resource lock is held until the transaction ends.  With
  * must_advance, a token equal to the recorded fence that this transaction
  * has not fenced yet is refused (FENCE_NOT_ADVANCED).
  *

@@ -3,16 +3,20 @@
  * fence_cache.c
  *	  Per-transaction memory of the tokens this transaction has fenced.
  *
- * Once a transaction has fenced (resource, token), the fence row is locked
- * by this transaction until it ends, so the same check can be answered
+ * Once a transaction has fenced (resource, token), it holds the resource
+ * lock (fence_lock.c) until it ends, so the same check can be answered
  * without touching the table again: that keeps bulk writes to protected
  * tables cheap.  The protected-table trigger also reads the cache to find
  * the token a transaction established with lockfence.fence() or with an
  * earlier row: it is the only way a row token equal to the recorded fence
  * is accepted, since such a token may have been copied from the table.
  *
- * The cache must be exactly as transactional as the row locks it stands
- * for.  Each resource therefore has a stack of versions, each tagged with
+ * The cache must be exactly as transactional as the resource locks it
+ * stands for (a lock taken in a subtransaction is released when it rolls
+ * back).  It is kept beside the lock table rather than replaced by
+ * LockHeldByMe: the lock tag is a hash of the name, so holding it does not
+ * prove this name was fenced, and the cache also keeps the token and
+ * holder that were accepted.  Each resource therefore has a stack of versions, each tagged with
  * the subtransaction that made it: rolling back a savepoint pops the
  * versions made inside it (restoring what was true before), committing a
  * subtransaction hands its versions to the parent, and the end of the top
@@ -156,8 +160,8 @@ fence_cache_lookup(const char *resource, int64 *token, const char **holder)
 }
 
 /*
- * Remember that this transaction fenced resource with token: its fence row
- * is now locked by us until the transaction (or this subtransaction) ends.
+ * Remember that this transaction fenced resource with token: it holds the
+ * resource lock until the transaction (or this subtransaction) ends.
  */
 void
 fence_cache_remember(const char *resource, int64 token, const char *holder)

@@ -5,24 +5,17 @@
  *
  * Most checks that miss the transaction's cache present the token already
  * recorded for the resource: a lock holder's lockfence.fence() at the start
- * of each of its transactions.  (A token the trigger finds in a row must
- * advance the fence, so it never comes here.)  For those, planning and
- * executing a SELECT ... FOR SHARE through SPI costs more than the check
- * itself, so this file looks the row up through the primary key index and
- * share-locks exactly the version it has judged, without waiting.
+ * of each of its transactions.  For those, planning and executing a SELECT
+ * through SPI costs more than the check itself, so fence_fastpath_read
+ * looks the row up through the primary key index, with a snapshot taken
+ * after the caller's resource lock (fence_lock.c), and locks nothing: the
+ * resource lock is what orders the check against advances.
  *
- * It only ever answers "accepted".  Anything else (no row, another token
- * or holder, a row updated since our snapshot, or a row locked by an
- * advance or reset in flight) is left to the SPI path in fence_store.c,
- * which handles waiting, advancing, rejection and serialization failures.
- * Because the lock is taken on the very version that was checked and
- * never waited for, the fast path cannot leave a stray lock behind.
- *
- * For the same reason fence_store.c takes its uncontended advance lock
- * (FOR NO KEY UPDATE of a row recording a lower token) here too: SELECT
- * ... FOR NO KEY UPDATE SKIP LOCKED locks the newest version when the one
- * its snapshot saw was updated since, and keeps that lock when the newer
- * token fails its WHERE clause.
+ * fence_store.c takes its uncontended advance lock (FOR NO KEY UPDATE of a
+ * row recording a lower token) here too, on exactly the version judged:
+ * SELECT ... FOR NO KEY UPDATE SKIP LOCKED locks the newest version when
+ * the one its snapshot saw was updated since, and keeps that lock when the
+ * newer token fails its WHERE clause.
  *
  * Leases (lease_fastpath.c) go one step further: an uncontended grant,
  * renewal or release locks the version it judged the same way and then
@@ -37,7 +30,7 @@
  *
  * Every way in goes through fence_fastpath_find, which is also where the
  * test-only setting lockfence.debug_disable_fastpath sends every call to
- * SPI, as if no row had been found: it chooses the path and nothing else,
+ * SPI, as if the table could not be read here: it chooses the path and nothing else,
  * so that test/t/89_differential_paths.pl can compare the two.
  *
  * IDENTIFICATION
@@ -104,65 +97,6 @@ fence_fastpath_init(void)
 #define Anum_fences_lease_expires_at 5	/* 1.2 on */
 #define Anum_fences_lease_ttl	6	/* 1.2 on */
 
-/*
- * Is the row's token a lease token whose lease expired or was released?
- * Then it is not ours to accept: the SPI path judges it (lock lost).
- */
-static bool
-fence_fastpath_lease_over(TupleTableSlot *slot, AttrNumber lease_attnum)
-{
-	bool		isnull;
-	Datum		d;
-
-	if (lease_attnum == InvalidAttrNumber)
-		return false;
-	d = slot_getattr(slot, lease_attnum, &isnull);
-	return !isnull && DatumGetTimestampTz(d) <= GetCurrentTimestamp();
-}
-
-/*
- * What a caller wants of the fence row, and the lock it takes for it.
- */
-typedef enum FastpathWant
-{
-	FASTPATH_SHARE_EQUAL,		/* exactly token, compatible holder: share */
-	FASTPATH_LOCK_LOWER			/* a token lower than token: lock to advance */
-} FastpathWant;
-
-/*
- * Does the version in slot give what the caller wants?  For an equal token
- * the recorded holder is returned in *recorded_holder, allocated in
- * resultcxt.
- */
-static bool
-fence_fastpath_judge(FastpathWant want, TupleTableSlot *slot,
-					 AttrNumber lease_attnum, int64 token, const char *holder,
-					 int64 *recorded, char **recorded_holder,
-					 MemoryContext resultcxt)
-{
-	bool		isnull;
-	Datum		d;
-
-	*recorded = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
-	if (want == FASTPATH_LOCK_LOWER)
-		return *recorded < token;
-
-	d = slot_getattr(slot, Anum_fences_holder, &isnull);
-	if (isnull)
-		*recorded_holder = NULL;
-	else
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(resultcxt);
-
-		*recorded_holder = TextDatumGetCString(d);
-		MemoryContextSwitchTo(oldcxt);
-	}
-	return *recorded == token &&
-		(*recorded_holder == NULL || holder == NULL ||
-		 strcmp(*recorded_holder, holder) == 0) &&
-		!fence_fastpath_lease_over(slot, lease_attnum);
-}
-
 /* The fence table, opened by fence_fastpath_find, and the row version found. */
 typedef struct FastpathRow
 {
@@ -182,8 +116,9 @@ typedef struct FastpathRow
  * attribute number), or lockfence.debug_disable_fastpath is on: the SPI
  * path then handles or reports it.
  */
-static bool
-fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
+static FenceRowRead
+fence_fastpath_find(const char *resource, LOCKMODE lockmode, bool latest,
+					FastpathRow *fr)
 {
 	Oid			nspid;
 	Oid			relid;
@@ -192,21 +127,21 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 	ScanKeyData key;
 	bool		found;
 
-	/* The test-only switch: as if there were no row, so SPI handles it. */
+	/* The test-only switch: as if the table were unreadable here. */
 	if (debug_disable_fastpath)
-		return false;
+		return FENCE_ROW_UNREADABLE;
 
 	nspid = get_namespace_oid("lockfence", true);
 	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
 	if (!OidIsValid(relid))
-		return false;
+		return FENCE_ROW_UNREADABLE;
 
 	fr->rel = table_open(relid, lockmode);
 	fr->indexid = lf_primary_key_index(fr->rel);
 	if (!OidIsValid(fr->indexid) || fences_table_problem(fr->rel) != NULL)
 	{
 		table_close(fr->rel, lockmode);
-		return false;
+		return FENCE_ROW_UNREADABLE;
 	}
 	index = index_open(fr->indexid, AccessShareLock);
 	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
@@ -214,8 +149,12 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 		RelationGetDescr(fr->rel)->natts >= Anum_fences_lease_expires_at ?
 		Anum_fences_lease_expires_at : InvalidAttrNumber;
 
-	/* A fresh snapshot under READ COMMITTED, as a new statement would get. */
-	fr->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	/*
+	 * A fresh snapshot under READ COMMITTED, as a new statement would get
+	 * (taken after the caller's resource lock); the latest one on request.
+	 */
+	fr->snapshot = RegisterSnapshot(latest ? GetLatestSnapshot() :
+									GetTransactionSnapshot());
 
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ,
 				CStringGetTextDatum(resource));
@@ -235,7 +174,7 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, FastpathRow *fr)
 		UnregisterSnapshot(fr->snapshot);
 		table_close(fr->rel, NoLock);
 	}
-	return found;
+	return found ? FENCE_ROW_FOUND : FENCE_ROW_ABSENT;
 }
 
 static void
@@ -264,71 +203,78 @@ fence_fastpath_lock_found(FastpathRow *fr, LockTupleMode mode)
 }
 
 /*
- * Lock the fence row of resource in the mode want calls for, if the version
- * our snapshot sees gives what want asks and nobody holds a conflicting
- * lock.  Returns true with the row locked until the transaction (or the
- * current subtransaction) ends, or false having locked nothing.  What goes
- * into *outcome is allocated in resultcxt: callers run inside SPI too,
- * whose current context is gone once they leave it.
- */
-static bool
-fence_fastpath_lock(FastpathWant want, const char *resource, int64 token,
-					const char *holder, FenceOutcome *outcome,
-					MemoryContext resultcxt)
-{
-	FastpathRow fr;
-	int64		recorded;
-	char	   *recorded_holder = NULL;
-	bool		accepted = false;
-
-	/* The lock SELECT ... FOR SHARE (or FOR NO KEY UPDATE) would take. */
-	if (!fence_fastpath_find(resource, RowShareLock, &fr))
-		return false;
-
-	if (fence_fastpath_judge(want, fr.slot, fr.lease_attnum, token, holder,
-							 &recorded, &recorded_holder, resultcxt) &&
-		fence_fastpath_lock_found(&fr, want == FASTPATH_SHARE_EQUAL ?
-								  LockTupleShare : LockTupleNoKeyExclusive))
-	{
-		accepted = true;
-		outcome->verdict = FENCE_ACCEPTED;
-		outcome->highest = recorded;
-		outcome->highest_holder = recorded_holder;
-	}
-
-	fence_fastpath_close(&fr);
-	return accepted;
-}
-
-/*
- * Share-lock the fence row of resource if it records exactly token, from
- * a holder compatible with holder, and nobody holds a conflicting lock.
- * Returns true, with the row locked until the transaction (or the current
- * subtransaction) ends and *outcome filled (its holder allocated in
- * resultcxt), or false to fall back to SPI.
- */
-bool
-fence_fastpath_share_equal(const char *resource, int64 token,
-						   const char *holder, FenceOutcome *outcome,
-						   MemoryContext resultcxt)
-{
-	return fence_fastpath_lock(FASTPATH_SHARE_EQUAL, resource, token, holder,
-							   outcome, resultcxt);
-}
-
-/*
  * Lock the fence row of resource FOR NO KEY UPDATE, to advance it to
- * token, if it records a lower token and nobody holds it.  Returns false,
- * having locked nothing, otherwise (also when the row changed since our
- * snapshot): the caller then reads the row again or waits.
+ * token, if the version our snapshot sees records a lower token and nobody
+ * holds it.  Returns false, having locked nothing, otherwise (also when
+ * the row changed since our snapshot): the caller then reads the row again
+ * or waits.  The caller holds the resource lock in ExclusiveLock mode.
  */
 bool
 fence_fastpath_lock_lower(const char *resource, int64 token)
 {
-	FenceOutcome outcome;
+	FastpathRow fr;
+	bool		isnull;
+	bool		locked = false;
 
-	return fence_fastpath_lock(FASTPATH_LOCK_LOWER, resource, token, NULL,
-							   &outcome, CurrentMemoryContext);
+	/* The lock SELECT ... FOR NO KEY UPDATE would take. */
+	if (fence_fastpath_find(resource, RowShareLock, false, &fr) !=
+		FENCE_ROW_FOUND)
+		return false;
+	if (DatumGetInt64(slot_getattr(fr.slot, Anum_fences_token, &isnull)) < token)
+		locked = fence_fastpath_lock_found(&fr, LockTupleNoKeyExclusive);
+	fence_fastpath_close(&fr);
+	return locked;
+}
+
+/*
+ * Read the version found into *row, in the current memory context; the
+ * lease columns read as none when the table predates them (1.1).
+ */
+static void
+fence_fastpath_read_row(FastpathRow *fr, FenceRow *row)
+{
+	TupleTableSlot *slot = fr->slot;
+	bool		isnull;
+	Datum		d;
+
+	memset(row, 0, sizeof(FenceRow));
+	row->token = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
+	row->accepted_at =
+		DatumGetTimestampTz(slot_getattr(slot, Anum_fences_accepted_at, &isnull));
+	d = slot_getattr(slot, Anum_fences_holder, &isnull);
+	row->holder = isnull ? NULL : TextDatumGetCString(d);
+	if (fr->lease_attnum == InvalidAttrNumber)
+		return;
+	d = slot_getattr(slot, fr->lease_attnum, &isnull);
+	row->leased = !isnull;
+	row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
+	d = slot_getattr(slot, Anum_fences_lease_ttl, &isnull);
+	row->lease_ttl = isnull ? NULL :
+		DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
+}
+
+/*
+ * Read the fence row of resource without locking it: as the transaction's
+ * snapshot sees it (under READ COMMITTED a fresh one, taken now), or with
+ * latest, as the latest snapshot does.  The caller holds the resource
+ * lock, which is what makes the read current: no transaction that could
+ * change the row's token holds it too.  Returns FENCE_ROW_UNREADABLE when
+ * the table is not exactly as the install scripts make it (or the test
+ * switch is on): the caller then reads it with a statement.
+ */
+FenceRowRead
+fence_fastpath_read(const char *resource, bool latest, FenceRow *row)
+{
+	FastpathRow fr;
+	FenceRowRead result;
+
+	/* The table lock SELECT ... FOR SHARE took up to 1.3. */
+	result = fence_fastpath_find(resource, RowShareLock, latest, &fr);
+	if (result != FENCE_ROW_FOUND)
+		return result;
+	fence_fastpath_read_row(&fr, row);
+	fence_fastpath_close(&fr);
+	return FENCE_ROW_FOUND;
 }
 
 /*
@@ -347,27 +293,6 @@ fence_fastpath_plain_table(FastpathRow *fr)
 		return false;
 	CheckCmdReplicaIdentity(fr->rel, CMD_UPDATE);
 	return true;
-}
-
-/* Read the version found into *row. */
-static void
-fence_fastpath_read_row(FastpathRow *fr, AttrNumber ttl_attnum, FenceRow *row)
-{
-	TupleTableSlot *slot = fr->slot;
-	bool		isnull;
-	Datum		d;
-
-	row->token = DatumGetInt64(slot_getattr(slot, Anum_fences_token, &isnull));
-	row->accepted_at =
-		DatumGetTimestampTz(slot_getattr(slot, Anum_fences_accepted_at, &isnull));
-	d = slot_getattr(slot, Anum_fences_holder, &isnull);
-	row->holder = isnull ? NULL : TextDatumGetCString(d);
-	d = slot_getattr(slot, fr->lease_attnum, &isnull);
-	row->leased = !isnull;
-	row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
-	d = slot_getattr(slot, ttl_attnum, &isnull);
-	row->lease_ttl = isnull ? NULL :
-		DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
 }
 
 /* Add the primary key entry of a new version that is not a HOT update. */
@@ -444,13 +369,14 @@ fence_fastpath_update(const char *resource, FenceRowEdit edit, void *arg,
 	bool		updated = false;
 
 	/* The table lock an UPDATE statement takes. */
-	if (!fence_fastpath_find(resource, RowExclusiveLock, &fr))
+	if (fence_fastpath_find(resource, RowExclusiveLock, false, &fr) !=
+		FENCE_ROW_FOUND)
 		return false;
 
 	ttl_attnum = Anum_fences_lease_ttl;
 	if (fence_fastpath_plain_table(&fr))
 	{
-		fence_fastpath_read_row(&fr, ttl_attnum, row);
+		fence_fastpath_read_row(&fr, row);
 		*newrow = *row;
 		if (edit(row, newrow, arg) &&
 			fence_fastpath_lock_found(&fr, LockTupleNoKeyExclusive))

@@ -9,40 +9,32 @@
  * have no write privilege on the table, and their search_path cannot
  * redirect anything.
  *
- * A check takes a row lock that lasts until the caller's transaction ends,
- * which is what makes the fence linearizable with the protected write:
+ * A check takes the resource lock (fence_lock.c) that lasts until the
+ * caller's transaction ends, and only then reads the row (in C through
+ * fence_fastpath_read, or with FENCE_READ when the table is not as the
+ * install scripts make it) and judges it (fence_decide.c).  That is what
+ * makes the fence linearizable with the protected write:
  *
  *	- An equal token (the common case: one holder writing many times under
- *	  one lock) takes FOR SHARE, so such writers never block each other.
- *	- A higher token takes FOR NO KEY UPDATE and advances the row, after
- *	  every sharer of the old token and any other advancer have ended.
- *	- A lower token is rejected from a plain read and locks nothing.
- *	- When the caller requires an advance (a token the trigger found in a
- *	  row, which may be a copy of the recorded one), an equal token is
- *	  refused like a lower one: from a plain read, locking nothing.  A
- *	  competitor that advanced to the same token first makes us wait for it
- *	  as any advancer does, and then see the token as equal.
+ *	  one lock) holds ShareLock and no row lock, so such writers never
+ *	  block each other, and write no WAL for the check.
+ *	- A higher token takes ExclusiveLock and advances the row, after every
+ *	  sharer of the old token and any other advancer have ended.
+ *	- A lower token, or an equal one where an advance is required (a token
+ *	  the trigger found in a row, which may be a copy), is refused, and the
+ *	  lock taken for it is given back.
  *
- * Under READ COMMITTED, a locking statement that finds the version its
- * snapshot saw updated since locks the newest version before re-checking
- * its WHERE clause (EvalPlanQual), and keeps that lock even when the
- * re-check fails: whether it waited for the updater, or the update merely
- * committed between its snapshot and its lock (even with SKIP LOCKED).
- * So no locking statement runs outside a subtransaction here: the
- * uncontended locks are taken in C (fence_fastpath.c) on exactly the
- * version judged, never waiting and never following an update chain; when
- * that fails, a check waits with a statement in an internal subtransaction
- * that is kept when the wait yields the lock the verdict needs and rolled
- * back otherwise, and then looks again.  Rejected checks therefore never
- * leave a lock behind (try_fence() may go on with its transaction),
- * accepted ones hold exactly the lock they need, and waiting advancers
- * keep their place in the row lock queue.  The uncontended path needs no
- * subtransaction (which matters for bulk writes that fence many resources
- * in one transaction).
+ * The advance itself locks the row FOR NO KEY UPDATE without waiting in C
+ * (fence_fastpath_lock_lower) and updates it with FENCE_RAISE; a row held
+ * by a writer that does not take the resource lock is waited for by
+ * FENCE_RAISE_WAIT in an internal subtransaction, rolled back when the row
+ * changed meanwhile (under READ COMMITTED such a statement keeps the lock
+ * on the newest version even when its re-check fails).
  *
- * Under REPEATABLE READ and SERIALIZABLE, locking a row that a concurrent
- * transaction advanced after our snapshot raises a serialization failure;
- * a stale token is never accepted.
+ * Under REPEATABLE READ and SERIALIZABLE, a check that would accept a row
+ * that a concurrent transaction advanced, created or deleted after our
+ * snapshot raises a serialization failure; a stale token is never
+ * accepted.
  *
  * IDENTIFICATION
  *	  src/fence_store.c
@@ -62,17 +54,17 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 
-#include "failover_guard.h"
+#include "fence_lock.h"
 #include "lockfence.h"
 
 /* The statements, and their saved plans (prepared on first use). */
 typedef enum FenceStatement
 {
-	FENCE_SHARE_EQUAL_WAIT,
 	FENCE_READ,
 	FENCE_RAISE,
 	FENCE_RAISE_WAIT,
@@ -89,17 +81,7 @@ typedef enum FenceStatement
  * until ALTER EXTENSION UPDATE (no lease exists there).
  */
 #define FENCE_LEASE_COLUMN(l)	((l) ? "lease_expires_at" : "NULL::pg_catalog.timestamptz")
-#define FENCE_LEASE_UNEXPIRED(l) \
-	((l) ? " AND (lease_expires_at IS NULL" \
-	 " OR lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())" : "")
 #define FENCE_LEASE_CLEAR(l)	((l) ? ", lease_expires_at = NULL, lease_ttl = NULL" : "")
-
-#define FENCE_SHARE_EQUAL_SQL \
-	"SELECT token, holder, %s FROM lockfence.fences" \
-	" WHERE resource OPERATOR(pg_catalog.=) $1" \
-	" AND token OPERATOR(pg_catalog.=) $2" \
-	" AND (holder IS NULL OR $3 IS NULL OR holder OPERATOR(pg_catalog.=) $3)" \
-	"%s FOR SHARE"
 
 #define FENCE_RAISE_SQL \
 	"UPDATE lockfence.fences" \
@@ -110,12 +92,6 @@ typedef enum FenceStatement
 	" RETURNING token"
 
 static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
-	/*
-	 * FENCE_SHARE_EQUAL_WAIT: share the row if it holds exactly this token,
-	 * waiting for an advance in flight
-	 */
-	FENCE_SHARE_EQUAL_SQL,
-
 	/* FENCE_READ */
 	"SELECT token, holder, %s FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1",
@@ -179,9 +155,6 @@ fence_statement_text(FenceStatement stmt)
 
 	switch (stmt)
 	{
-		case FENCE_SHARE_EQUAL_WAIT:
-			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l),
-							FENCE_LEASE_UNEXPIRED(l));
 		case FENCE_READ:
 			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l));
 		case FENCE_RAISE:
@@ -198,8 +171,8 @@ fence_statement_text(FenceStatement stmt)
  * number of rows processed; the rows are in SPI_tuptable.
  */
 static uint64
-fence_execute(FenceStatement stmt, const char *resource, int64 token,
-			  const char *holder)
+fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
+					   const char *holder, bool latest)
 {
 	static const Oid argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
 	Datum		values[3];
@@ -231,62 +204,43 @@ fence_execute(FenceStatement stmt, const char *resource, int64 token,
 		nulls[2] = 'n';
 	}
 
-	rc = SPI_execute_plan(*planp, values, nulls, false, 0);
+	if (latest)
+		rc = SPI_execute_snapshot(*planp, values, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, true, false, 0);
+	else
+		rc = SPI_execute_plan(*planp, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
 	return SPI_processed;
 }
 
+static uint64
+fence_execute(FenceStatement stmt, const char *resource, int64 token,
+			  const char *holder)
+{
+	return fence_execute_snapshot(stmt, resource, token, holder, false);
+}
+
 /*
- * Copy (token, holder) of the first result row into the outcome, in the
- * caller's memory context (SPI's goes away at SPI_finish).
+ * Read the first result row of FENCE_READ into *row, in the current memory
+ * context (inside SPI: SPI's, gone at fence_store_leave).
  */
 static void
-fence_fetch_row(FenceOutcome *outcome, MemoryContext callercxt)
+fence_fetch_row(FenceRow *row)
 {
 	HeapTuple	tuple = SPI_tuptable->vals[0];
 	TupleDesc	tupdesc = SPI_tuptable->tupdesc;
 	bool		isnull;
 	Datum		d;
 
-	outcome->highest = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+	memset(row, 0, sizeof(FenceRow));
+	row->token = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1, &isnull));
 	d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
-	outcome->highest_holder = isnull ? NULL :
-		MemoryContextStrdup(callercxt, TextDatumGetCString(d));
+	row->holder = isnull ? NULL : TextDatumGetCString(d);
 	d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
-	outcome->leased = !isnull;
-	outcome->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-static bool
-holders_conflict(const char *recorded, const char *presented)
-{
-	return recorded != NULL && presented != NULL &&
-		strcmp(recorded, presented) != 0;
-}
-
-/*
- * Judge a token against the row just read into outcome.  A holder conflict
- * is reported before a missing advance: it is the same verdict fence()
- * gives for that token.
- */
-static void
-fence_judge(FenceOutcome *outcome, int64 token, const char *holder,
-			bool must_advance)
-{
-	if (token < outcome->highest)
-		outcome->verdict = FENCE_STALE;
-	else if (token == outcome->highest &&
-			 holders_conflict(outcome->highest_holder, holder))
-		outcome->verdict = FENCE_HOLDER_CONFLICT;
-	else if (token == outcome->highest && must_advance)
-		outcome->verdict = FENCE_NOT_ADVANCED;
-	else if (token == outcome->highest && outcome->leased &&
-			 outcome->lease_expires_at <= GetCurrentTimestamp())
-		outcome->verdict = FENCE_LEASE_LOST;
-	else
-		outcome->verdict = FENCE_ACCEPTED;
+	row->leased = !isnull;
+	row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 /*
@@ -314,54 +268,112 @@ fence_store_leave(FenceStoreState *state)
 }
 
 /*
- * Run a statement that may wait for other transactions' row locks in an
- * internal subtransaction.  Returns true, keeping the subtransaction's
- * locks and changes, if the statement returned a row; otherwise rolls the
- * subtransaction back, releasing whatever lock the wait left behind.
+ * Run FENCE_RAISE_WAIT, which may wait for other transactions' row locks,
+ * in an internal subtransaction.  Returns true, keeping the
+ * subtransaction's lock and change, if the statement advanced the row;
+ * otherwise rolls the subtransaction back, releasing whatever row lock the
+ * wait left behind.  (With the resource lock held in ExclusiveLock mode no
+ * fencer holds the row; what may still hold it is a statement that writes
+ * fence rows without the resource lock, such as an operator's own.)
  */
-/* fence_execute_waiting's arguments, for lockfence_run_in_subxact */
-typedef struct FenceWaitingStep
+typedef struct FenceRaiseStep
 {
-	FenceStatement stmt;
 	const char *resource;
 	int64		token;
 	const char *holder;
-	FenceOutcome *outcome;
-	MemoryContext callercxt;
-} FenceWaitingStep;
+} FenceRaiseStep;
 
 static bool
-fence_execute_waiting_step(void *arg)
+fence_raise_waiting_step(void *arg)
 {
-	FenceWaitingStep *step = (FenceWaitingStep *) arg;
-	bool		got_row;
+	FenceRaiseStep *step = (FenceRaiseStep *) arg;
 
-	got_row = fence_execute(step->stmt, step->resource, step->token,
-							step->holder) == 1;
-	if (got_row && step->stmt == FENCE_SHARE_EQUAL_WAIT)
-		fence_fetch_row(step->outcome, step->callercxt);
-	return got_row;
+	return fence_execute(FENCE_RAISE_WAIT, step->resource, step->token,
+						 step->holder) == 1;
 }
 
+/*
+ * Read the fence row of resource into *row, after the resource lock: in
+ * C when the table allows it, else with a statement (entering SPI, once,
+ * for the rest of the check).  Returns false when the resource has none.
+ */
 static bool
-fence_execute_waiting(FenceStatement stmt, const char *resource, int64 token,
-					  const char *holder, FenceOutcome *outcome,
-					  MemoryContext callercxt)
+fence_read(const char *resource, bool latest, FenceRow *row, bool *in_spi,
+		   FenceStoreState *state)
 {
-	FenceWaitingStep step = {stmt, resource, token, holder, outcome, callercxt};
-
-	return lockfence_run_in_subxact(fence_execute_waiting_step, &step);
+	switch (fence_fastpath_read(resource, latest, row))
+	{
+		case FENCE_ROW_FOUND:
+			return true;
+		case FENCE_ROW_ABSENT:
+			return false;
+		case FENCE_ROW_UNREADABLE:
+			break;
+	}
+	if (!*in_spi)
+	{
+		fence_store_enter(state);
+		*in_spi = true;
+	}
+	if (fence_execute_snapshot(FENCE_READ, resource, 0, NULL, latest) != 1)
+		return false;
+	fence_fetch_row(row);
+	return true;
 }
 
+/*
+ * Under REPEATABLE READ and SERIALIZABLE the row was read as the
+ * transaction's snapshot sees it.  A check that would accept must not
+ * build on a token that a transaction committed since then has replaced
+ * (or on a row it inserted or deleted): that is a serialization failure,
+ * as locking such a row raises.  (Under READ COMMITTED the snapshot was
+ * taken after the resource lock, and is current.)
+ */
 static void
-fence_accept_advance(FenceOutcome *outcome, int64 token, const char *holder,
-					 MemoryContext callercxt)
+fence_check_serializable(const char *resource, bool found, const FenceRow *row,
+						 bool *in_spi, FenceStoreState *state)
 {
-	outcome->verdict = FENCE_ACCEPTED;
-	outcome->highest = token;
-	outcome->highest_holder = holder ?
-		MemoryContextStrdup(callercxt, holder) : NULL;
-	outcome->leased = false;
+	FenceRow	latest;
+	bool		latest_found;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	latest_found = fence_read(resource, true, &latest, in_spi, state);
+	if (latest_found != found || (found && latest.token != row->token))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+}
+
+/*
+ * Write what fence_decide asked for, holding the resource lock in
+ * ExclusiveLock mode: advance the row to token, or insert the resource's
+ * first row.  Returns false when the row was not as read (changed or
+ * created by a writer that does not take the resource lock): read again.
+ */
+static bool
+fence_write(FenceAction action, const char *resource, int64 token,
+			const char *holder, bool *in_spi, FenceStoreState *state)
+{
+	FenceRaiseStep step = {resource, token, holder};
+
+	if (!*in_spi)
+	{
+		fence_store_enter(state);
+		*in_spi = true;
+	}
+	if (action == FENCE_ACTION_INSERT)
+		return fence_execute(FENCE_INSERT, resource, token, holder) == 1;
+
+	/* Lock the row if nobody holds it and it is as read, else wait. */
+	if (fence_fastpath_lock_lower(resource, token))
+	{
+		if (fence_execute(FENCE_RAISE, resource, token, holder) != 1)
+			elog(ERROR, "fence row for resource \"%s\" changed while locked",
+				 resource);
+		return true;
+	}
+	return lockfence_run_in_subxact(fence_raise_waiting_step, &step);
 }
 
 /*
@@ -370,6 +382,14 @@ fence_accept_advance(FenceOutcome *outcome, int64 token, const char *holder,
  * must_advance, only an advance (or a resource's first token) is accepted:
  * an equal token gets FENCE_NOT_ADVANCED and locks nothing.  The verdict
  * and the fence as it stands afterwards are returned in *outcome.
+ *
+ * The resource lock (fence_lock.c) comes first, the row is read and judged
+ * after it: ShareLock for the common equal token, which then holds no row
+ * lock at all; ExclusiveLock to write the row.  A check that finds it must
+ * write after taking ShareLock gives that back before asking for
+ * ExclusiveLock (two such checks would deadlock otherwise), and reads the
+ * row again.  A refused check gives back what it took: try_fence() may go
+ * on with its transaction, blocking nobody.
  */
 void
 fence_store_check(const char *resource, int64 token, const char *holder,
@@ -377,6 +397,9 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
+	bool		in_spi = false;
+	LOCKMODE	mode = ShareLock;
+	bool		locked = false;
 
 	/*
 	 * A check may advance or lock the fence: it is a write.  On a standby
@@ -391,82 +414,62 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 				 errhint("Connect to the primary server.")));
 	PreventCommandIfReadOnly("lockfence.fence()");
 
-	/* The common case, served without SPI when nothing stands in the way. */
-	if (!must_advance &&
-		fence_fastpath_share_equal(resource, token, holder, outcome,
-								   callercxt))
-		return;
-
-	fence_store_enter(&state);
-
-	for (bool retry = false;; retry = true)
+	for (;;)
 	{
+		FenceRow	row;
+		bool		found;
+		FenceAction action;
+
 		CHECK_FOR_INTERRUPTS();
 
-		/*
-		 * After a wait: the token recorded, by a compatible holder?  (Inside
-		 * SPI: the outcome must go to the caller's context, not SPI's.)
-		 */
-		if (retry && !must_advance &&
-			fence_fastpath_share_equal(resource, token, holder, outcome,
-									   callercxt))
-			break;
+		if (!locked)
+			(void) fence_lock_acquire(resource, mode, true);
+		locked = true;
 
-		if (fence_execute(FENCE_READ, resource, token, holder) != 1)
+		found = fence_read(resource, false, &row, &in_spi, &state);
+		action = fence_decide(found ? &row : NULL, token, holder,
+							  must_advance, outcome);
+		if (action != FENCE_ACTION_REFUSE)
+			fence_check_serializable(resource, found, &row, &in_spi, &state);
+
+		if (action == FENCE_ACTION_REFUSE)
 		{
-			/* A new resource; a concurrent first fence makes us look again. */
-			if (lockfence_failover_floor_rejects(token, outcome))
-				break;
-			if (fence_execute(FENCE_INSERT, resource, token, holder) == 1)
+			fence_lock_release(resource, mode);
+			break;
+		}
+		if (action == FENCE_ACTION_SHARE)
+		{
+			/* Another advanced to our token while we waited: share it. */
+			if (mode == ExclusiveLock)
 			{
-				fence_accept_advance(outcome, token, holder, callercxt);
-				break;
+				(void) fence_lock_acquire(resource, ShareLock, true);
+				fence_lock_release(resource, ExclusiveLock);
 			}
+			break;
+		}
+		if (mode == ShareLock)
+		{
+			fence_lock_release(resource, ShareLock);
+			mode = ExclusiveLock;
+			locked = false;
 			continue;
 		}
-
-		/*
-		 * Lower, equal from another holder, or equal where an advance is
-		 * required: reject, lock nothing.
-		 */
-		fence_fetch_row(outcome, callercxt);
-		fence_judge(outcome, token, holder, must_advance);
-		if (outcome->verdict != FENCE_ACCEPTED)
-			break;
-
-		if (token == outcome->highest)
+		if (fence_write(action, resource, token, holder, &in_spi, &state))
 		{
-			/* Equal, but the row is being advanced or reset: wait. */
-			if (fence_execute_waiting(FENCE_SHARE_EQUAL_WAIT, resource, token,
-									  holder, outcome, callercxt))
-			{
-				outcome->verdict = FENCE_ACCEPTED;
-				break;
-			}
-			continue;
-		}
-
-		/*
-		 * Higher: lock the row if nobody holds it and it has not changed
-		 * since we read it, else wait in line (or read it again).
-		 */
-		if (fence_fastpath_lock_lower(resource, token))
-		{
-			if (fence_execute(FENCE_RAISE, resource, token, holder) != 1)
-				elog(ERROR, "fence row for resource \"%s\" changed while locked",
-					 resource);
-			fence_accept_advance(outcome, token, holder, callercxt);
-			break;
-		}
-		if (fence_execute_waiting(FENCE_RAISE_WAIT, resource, token, holder,
-								  outcome, callercxt))
-		{
-			fence_accept_advance(outcome, token, holder, callercxt);
+			outcome->verdict = FENCE_ACCEPTED;
+			outcome->highest = token;
+			outcome->highest_holder = (char *) holder;
+			outcome->leased = false;
 			break;
 		}
 	}
 
-	fence_store_leave(&state);
+	/* The outcome's holder outlives the statements' memory. */
+	if (outcome->highest_holder != NULL)
+		outcome->highest_holder = MemoryContextStrdup(callercxt,
+													  outcome->highest_holder);
+	if (in_spi)
+		fence_store_leave(&state);
 }
 
 /*
@@ -476,17 +479,16 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 bool
 fence_store_current(const char *resource, int64 *token)
 {
-	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
-	FenceOutcome outcome;
+	FenceRow	row;
 	bool		found;
 
 	fence_store_enter(&state);
 	found = fence_execute(FENCE_READ, resource, 0, NULL) == 1;
 	if (found)
 	{
-		fence_fetch_row(&outcome, callercxt);
-		*token = outcome.highest;
+		fence_fetch_row(&row);
+		*token = row.token;
 	}
 	fence_store_leave(&state);
 	return found;
@@ -501,6 +503,8 @@ fence_store_delete(const char *resource)
 	FenceStoreState state;
 	bool		found;
 
+	/* After every transaction that fenced the resource: a write. */
+	(void) fence_lock_acquire(resource, ExclusiveLock, true);
 	fence_store_enter(&state);
 	found = fence_execute(FENCE_DELETE, resource, 0, NULL) == 1;
 	fence_store_leave(&state);

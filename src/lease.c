@@ -10,15 +10,15 @@
  * every token ever granted or fenced for the name, and it survives crashes,
  * dump/restore and failover with the fences, for the same reasons.
  *
- * Exactness comes from the fence row lock:
+ * Exactness comes from the resource lock (fence_lock.c):
  *
- *	- fence(name, token) with the lease token takes the row FOR SHARE, and
- *	  only while the lease is unexpired (fence_store.c, fence_fastpath.c
- *	  look at lease_expires_at); an expired or released lease token is lock
- *	  lost (LF003).
- *	- A grant is an UPDATE of the row, which waits for every transaction
- *	  holding it FOR SHARE, i.e. every transaction that fenced with the old
- *	  token, and then re-checks that the lease is still free.
+ *	- fence(name, token) with the lease token holds it in ShareLock mode,
+ *	  and is accepted only while the lease is unexpired (fence_decide.c
+ *	  looks at lease_expires_at, after the lock); an expired or released
+ *	  lease token is lock lost (LF003).
+ *	- A grant, renewal or release takes it in ExclusiveLock mode before it
+ *	  reads the row, so it waits for every transaction that fenced with the
+ *	  old token, and then re-checks that the lease is still free (or held).
  *
  * Hence in commit order the writes under successive leases never
  * interleave.  A transaction that fenced before the expiry keeps its
@@ -26,8 +26,8 @@
  * successor's grant waits for it.
  *
  * The clock is the server's; it decides only when a lease is free, never
- * whether two holders' writes may interleave.  It is read after the table
- * lock and the row lock are taken (after any wait for them), and the lease
+ * whether two holders' writes may interleave.  It is read after the
+ * resource lock, the table lock and the row lock are taken (after any wait for them), and the lease
  * is judged by lease_decide (lease_decide.c), the same for the statements
  * here and the fast path.
  *
@@ -76,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "failover_guard.h"
+#include "fence_lock.h"
 #include "lease.h"
 #include "lockfence.h"
 #include "metrics.h"
@@ -367,6 +368,17 @@ lease_grant_step(void *arg)
 	/* Rounded up: a wait must not end before the deadline. */
 	if (step->wait && step->deadline != 0)
 		lease_bound_waits((step->deadline - GetCurrentTimestamp() + 999) / 1000);
+
+	/*
+	 * The resource lock first (fence_lock.c): after every transaction that
+	 * fenced the old token.  Taken in this subtransaction, it is given back
+	 * with it when the grant is refused.
+	 */
+	if (!fence_lock_acquire(step->name, ExclusiveLock, step->wait))
+	{
+		step->result = LEASE_ATTEMPT_LOCKED;
+		return false;
+	}
 
 	if (step->insert)
 	{
@@ -746,6 +758,8 @@ lease_update_step(void *arg)
 	FenceRow	locked;
 	FenceRow	newrow;
 
+	/* After the holder's fencing transactions (fence_lock.c). */
+	(void) fence_lock_acquire(step->name, ExclusiveLock, true);
 	found = lease_execute(LEASE_LOCK, step->name, NULL, &locked) == 1;
 	step->verdict = lease_decide(step->op, found ? &locked : NULL,
 								 step->token, NULL, step->ttl,

@@ -32,6 +32,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "fence_lock.h"
 #include "lease.h"
 #include "lockfence.h"
 
@@ -61,6 +62,25 @@ lease_edit(const FenceRow *row, FenceRow *newrow, void *arg)
 }
 
 /*
+ * Write name's fence row as e decides, if nobody holds its resource lock
+ * (fence_lock.c): every transaction that fenced the old token has ended,
+ * and no other grant, renewal or release is in flight.  The lock is taken
+ * without waiting, in ExclusiveLock mode, before the row is read, and
+ * kept until the transaction ends when the row was written.
+ */
+static bool
+lease_fastpath_write(const char *name, LeaseEdit *e, FenceRow *row,
+					 FenceRow *newrow)
+{
+	if (!fence_lock_acquire(name, ExclusiveLock, false))
+		return false;
+	if (fence_fastpath_update(name, lease_edit, e, row, newrow))
+		return true;
+	fence_lock_release(name, ExclusiveLock);
+	return false;
+}
+
+/*
  * Grant name to holder for ttl if the lease is free and its row
  * uncontended.  Returns true with the row before (for the metrics) and
  * after the grant.
@@ -71,7 +91,7 @@ lease_fastpath_grant(const char *name, const char *holder, Interval *ttl,
 {
 	LeaseEdit	e = {LEASE_OP_GRANT, 0, holder, ttl};
 
-	return fence_fastpath_update(name, lease_edit, &e, prev, row);
+	return lease_fastpath_write(name, &e, prev, row);
 }
 
 /*
@@ -85,7 +105,7 @@ lease_fastpath_renew(const char *name, int64 token, Interval *ttl,
 	LeaseEdit	e = {LEASE_OP_RENEW, token, NULL, ttl};
 	FenceRow	before;
 
-	return fence_fastpath_update(name, lease_edit, &e, &before, row);
+	return lease_fastpath_write(name, &e, &before, row);
 }
 
 /*
@@ -98,5 +118,5 @@ lease_fastpath_release(const char *name, int64 token, FenceRow *row)
 	LeaseEdit	e = {LEASE_OP_RELEASE, token, NULL, NULL};
 	FenceRow	before;
 
-	return fence_fastpath_update(name, lease_edit, &e, &before, row);
+	return lease_fastpath_write(name, &e, &before, row);
 }

@@ -117,15 +117,35 @@ typedef struct FenceRow
 typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
 							  void *arg);
 
-/* fence_fastpath.c: uncontended fence rows without SPI */
+/* What fence_fastpath_read found. */
+typedef enum FenceRowRead
+{
+	FENCE_ROW_FOUND,
+	FENCE_ROW_ABSENT,			/* no row for the resource */
+	FENCE_ROW_UNREADABLE		/* not here: read it with a statement */
+} FenceRowRead;
+
+/* fence_fastpath.c: fence rows read and written without SPI */
 extern void fence_fastpath_init(void);
-extern bool fence_fastpath_share_equal(const char *resource, int64 token,
-									   const char *holder,
-									   FenceOutcome *outcome,
-									   MemoryContext resultcxt);
+extern FenceRowRead fence_fastpath_read(const char *resource, bool latest,
+										FenceRow *row);
 extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
 extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
 								  void *arg, FenceRow *row, FenceRow *newrow);
+
+/* What a fence check does next, as fence_decide judges it. */
+typedef enum FenceAction
+{
+	FENCE_ACTION_SHARE,			/* accept an equal token: ShareLock */
+	FENCE_ACTION_ADVANCE,		/* accept a higher token: update the row */
+	FENCE_ACTION_INSERT,		/* accept a first token: insert the row */
+	FENCE_ACTION_REFUSE			/* outcome->verdict says why */
+} FenceAction;
+
+/* fence_decide.c: the one judgment of a fence check, for every path */
+extern FenceAction fence_decide(const FenceRow *row, int64 token,
+								const char *holder, bool must_advance,
+								FenceOutcome *outcome);
 
 /* fence_shape.c: is lockfence.fences as the install scripts make it? */
 extern const char *fences_table_problem(Relation rel);
