@@ -57,6 +57,16 @@
 #endif
 
 /*
+ * Does this transaction hold a lock of exactly this mode?  17 added
+ * "orstronger"; false keeps the meaning of the older two-argument call.
+ */
+#if PG_VERSION_NUM >= 170000
+#define lf_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
+#else
+#define lf_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
+#endif
+
+/*
  * A JSON lexer over json[0..len).  Since 17 the caller may pass a
  * JsonLexContext to fill; NULL makes it palloc one, as before 17.
  */

@@ -49,6 +49,7 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 
+#include "compat.h"
 #include "fence_lock.h"
 #include "lockfence.h"
 
@@ -108,7 +109,7 @@ fence_lock_held(const char *resource, LOCKMODE mode)
 	LOCKTAG		tag;
 
 	fence_lock_tag(&tag, resource);
-	return LockHeldByMe(&tag, mode);
+	return lf_lock_held_by_me(&tag, mode);
 }
 
 PG_FUNCTION_INFO_V1(lockfence_lock_resource);
