@@ -20,7 +20,7 @@
 
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
 #include "lockfence.h"
 
 static bool

@@ -24,7 +24,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
 #include "lease.h"
 #include "lockfence.h"
 

@@ -60,17 +60,12 @@ typedef struct FenceOutcome
 /* check.c: deployment safeguards */
 extern void lockfence_check_init(void);
 
-/* Saved state of fence_store_enter, restored by fence_store_leave. */
-typedef struct FenceStoreState
-{
-	Oid			save_userid;
-	int			save_sec_context;
-} FenceStoreState;
-
-/* fence.c */
+/* validate.c */
 extern void lockfence_validate_resource(const char *resource);
 extern void lockfence_validate_token(int64 token);
 extern void lockfence_validate_holder(const char *holder);
+
+/* fence.c */
 extern FenceVerdict lockfence_check(const char *resource, int64 token,
 									const char *holder, bool must_advance,
 									FenceOutcome *outcome);
@@ -86,11 +81,10 @@ extern void fence_store_check(const char *resource, int64 token,
 							  FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
 extern bool fence_store_delete(const char *resource);
-extern void fence_store_enter(FenceStoreState *state);
-extern void fence_store_leave(FenceStoreState *state);
 
-/* etcd_session.c: an accepted fence, for the etcd commit-time check */
-extern void etcd_session_fence_accepted(const char *holder);
+/* fence.c: who is told of an accepted fence (its holder, or NULL) */
+typedef void (*FenceAcceptedCallback) (const char *holder);
+extern void lockfence_on_fence_accepted(FenceAcceptedCallback callback);
 
 /* subxact.c: a step whose row locks are kept only when it succeeds */
 extern bool lockfence_run_in_subxact(bool (*step) (void *arg), void *arg);

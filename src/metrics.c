@@ -37,7 +37,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
 #include "metrics.h"
 #include "shmem_hooks.h"
 
