@@ -21,6 +21,7 @@
 #include "utils/timestamp.h"
 
 #include "floor_state.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 static bool

@@ -58,6 +58,7 @@
 
 #include "fence_lock.h"
 #include "fence_owner.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 /* The statements, and their saved plans (prepared on first use). */

@@ -41,7 +41,7 @@
 #define LEASE_TTL_FIELD_YEARS	10000
 
 /* now + ttl, with the session's time zone for day and month units. */
-TimestampTz
+static TimestampTz
 lease_expiry(TimestampTz now, Interval *ttl)
 {
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
