@@ -5,9 +5,9 @@
  *
  * The table is the durable record of the highest token accepted per
  * resource.  All access goes through SPI plans prepared once per backend,
- * with every operator schema-qualified, run as the table's owner: callers
- * have no write privilege on the table, and their search_path cannot
- * redirect anything.
+ * with every operator schema-qualified, run as the table's owner
+ * (fence_owner.c): callers have no write privilege on the table, and their
+ * search_path cannot redirect anything.
  *
  * A check takes the resource lock (fence_lock.c) that lasts until the
  * caller's transaction ends, and only then reads the row (in C through
