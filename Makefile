@@ -15,6 +15,15 @@ DATA = $(sort $(wildcard lockfence--*.sql))
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)
 SHLIB_LINK = $(shell curl-config --libs)
 
+# Test hooks (the C function lockfence_metrics_test_event and the setting
+# lockfence.debug_disable_fastpath) are compiled only when make is given
+# LOCKFENCE_TEST_HOOKS=1, as test/run-all.sh does for its test builds: a
+# plain make install ships none.  Objects are not rebuilt when this
+# changes: make clean first.
+ifeq ($(LOCKFENCE_TEST_HOOKS),1)
+PG_CPPFLAGS += -DLOCKFENCE_TEST_HOOKS
+endif
+
 # pg_regress: sql/NAME.sql, compared with expected/NAME.out.  The
 # regression and isolation suites each start a private server (the two
 # folders differ because the TAP step wipes tmp_check).

@@ -50,6 +50,7 @@
 #include "utils/rel.h"
 
 #include "citus_guard.h"
+#include "lockfence_schema.h"
 
 #define CITUS_GUARD_HINT "See docs/citus.md for what lockfence supports on Citus."
 
@@ -266,9 +267,7 @@ lockfence_citus_guard_fences(void)
 		return;
 	if (!citus.fences_valid)
 	{
-		Oid			nspid = get_namespace_oid("lockfence", true);
-		Oid			relid = OidIsValid(nspid) ?
-			get_relname_relid("fences", nspid) : InvalidOid;
+		Oid			relid = lockfence_relid("fences");
 
 		citus.fences_valid = true;
 		citus.fences_citus = OidIsValid(relid) &&

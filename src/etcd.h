@@ -283,6 +283,7 @@ extern bool etcd_session_owns(int64 lease);
 extern bool etcd_session_holds_key(int64 lease, const char *key);
 extern void etcd_session_exit_cleanup_begins(void);
 extern void etcd_session_lock_fenced(const char *key);
+extern void etcd_session_fence_accepted(const char *holder);
 
 /* A lock to confirm at commit */
 typedef struct EtcdCheckedLock

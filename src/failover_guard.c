@@ -64,6 +64,8 @@
 
 #include "citus_guard.h"
 #include "failover_guard.h"
+#include "fence_owner.h"
+#include "floor_state.h"
 #include "lockfence.h"
 #include "lockfence_schema.h"
 
@@ -72,166 +74,10 @@ PG_FUNCTION_INFO_V1(lockfence_floor_record);
 PG_FUNCTION_INFO_V1(lockfence_accept_promotion);
 PG_FUNCTION_INFO_V1(lockfence_floor_status);
 
-/* lockfence.floor_state as read, judged against one identity. */
-typedef struct FloorState
-{
-	bool		have_table;		/* false: SQL older than 1.4 */
-	int			nrows;
-	bool		mismatch;		/* a row names another identity */
-	int64		rec_sysid;		/* the row reported: a mismatching one if */
-	int64		rec_tli;		/* any, else the last one */
-	TimestampTz recorded_at;
-	int64		floor;			/* the highest floor of all rows */
-} FloorState;
-
-/* This backend's verdict, valid for guard_tli while guard_valid. */
-static bool guard_valid = false;
-static TimeLineID guard_tli;
-static bool guard_refused;
-static FloorState guard_state;
-static Oid	guard_relid = InvalidOid;
-static bool guard_callback_registered = false;
-
-/*
- * Invalidations of lockfence.floor_state seen so far: a verdict read while
- * one arrived may be older than it, and is not kept.
- */
-static uint64 guard_invalidations = 0;
-
-/*
- * This server's identity: its system identifier and the timeline it
- * writes (during recovery: the timeline it replays).
- */
-static void
-current_identity(int64 *sysid, TimeLineID *tli, bool *in_recovery)
-{
-	*sysid = (int64) GetSystemIdentifier();
-	*in_recovery = RecoveryInProgress();
-	if (*in_recovery)
-		(void) GetXLogReplayRecPtr(tli);
-	else
-		*tli = GetWALInsertionTimeLine();
-}
-
-/* The OID of lockfence.floor_state, InvalidOid when there is none. */
-static Oid
-floor_state_relid(void)
-{
-	return lockfence_relid("floor_state");
-}
-
-static int64
-spi_int64(HeapTuple tuple, TupleDesc tupdesc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, tupdesc, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt64(d);
-}
-
-/*
- * Read lockfence.floor_state and judge it against (sysid, tli).
- */
-static void
-floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
-{
-	FenceStoreState state;
-	SPIPlanPtr	plan;
-	int			rc;
-
-	memset(st, 0, sizeof(*st));
-	if (!OidIsValid(floor_state_relid()))
-		return;
-	st->have_table = true;
-
-	fence_store_enter(&state);
-
-	/*
-	 * With the latest snapshot, not the transaction's: the verdict is kept
-	 * beyond this transaction, and a floor recorded after a REPEATABLE READ
-	 * transaction began must not be missed (nor cached as missed).
-	 */
-	plan = SPI_prepare("SELECT system_identifier, timeline, floor, recorded_at"
-					   " FROM lockfence.floor_state", 0, NULL);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for lockfence.floor_state: %s",
-			 SPI_result_code_string(SPI_result));
-	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
-							  InvalidSnapshot, true, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed reading lockfence.floor_state: %s",
-			 SPI_result_code_string(rc));
-	st->nrows = (int) SPI_processed;
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
-		int64		rsysid = spi_int64(tuple, tupdesc, 1);
-		int64		rtli = spi_int64(tuple, tupdesc, 2);
-		int64		rfloor = spi_int64(tuple, tupdesc, 3);
-		bool		differs = rsysid != sysid || rtli != (int64) tli;
-		bool		isnull;
-		Datum		at;
-
-		st->floor = Max(st->floor, rfloor);
-		if (st->mismatch)
-			continue;
-		st->mismatch = differs;
-		st->rec_sysid = rsysid;
-		st->rec_tli = rtli;
-		at = SPI_getbinval(tuple, tupdesc, 4, &isnull);
-		st->recorded_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(at);
-	}
-	fence_store_leave(&state);
-}
-
-/* Would these contents refuse fenced writes on a writable server? */
-static bool
-floor_state_refuses(const FloorState *st)
-{
-	return st->have_table && (st->nrows == 0 || st->mismatch);
-}
-
-/* A change of lockfence.floor_state (or a cache reset): read it again. */
-static void
-guard_relcache_callback(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == guard_relid)
-	{
-		guard_valid = false;
-		guard_invalidations++;
-	}
-}
-
-/*
- * Read the recorded identity again and judge it for tli.  Without the
- * table (SQL older than 1.4) nothing is refused, and the table is looked
- * for again on the next call (it appears with ALTER EXTENSION UPDATE).
- */
-static void
-guard_refresh(TimeLineID tli)
-{
-	uint64		seen;
-
-	if (!guard_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(guard_relcache_callback, (Datum) 0);
-		guard_callback_registered = true;
-	}
-	seen = guard_invalidations;
-	guard_valid = false;
-	guard_relid = floor_state_relid();
-	floor_state_read((int64) GetSystemIdentifier(), tli, &guard_state);
-	guard_tli = tli;
-	guard_refused = floor_state_refuses(&guard_state);
-	/* Kept only if no change of the table arrived while it was read. */
-	guard_valid = guard_state.have_table && seen == guard_invalidations;
-}
-
 pg_noreturn static void
 guard_report(TimeLineID tli)
 {
-	const FloorState *st = &guard_state;
+	const FloorState *st = floor_state_cached();
 	uint64		sysid = GetSystemIdentifier();
 	const char *hint = "Raise the floor with lockfence.etcd_raise_floor() or lockfence.raise_floor(floor), "
 		"or, if the promotion lost no committed transaction (a synchronous switchover), "
@@ -267,67 +113,8 @@ lockfence_failover_guard(void)
 	if (RecoveryInProgress())
 		return;
 	tli = GetWALInsertionTimeLine();
-	if (likely(guard_valid && guard_tli == tli && !guard_refused))
-		return;
-	guard_refresh(tli);
-	if (guard_refused)
+	if (floor_state_refused(tli))
 		guard_report(tli);
-}
-
-/*
- * The global floor, for a resource that has no fence row yet.  Its callers
- * are about to create that row: the lock taken here (held to the end of
- * the transaction) makes floor_record(), which takes SHARE ROW EXCLUSIVE,
- * wait for this transaction, and this one wait for a floor_record() in
- * progress, so raise_floor()'s UPDATE, a later statement, sees the row,
- * or this transaction sees the new floor (taking the lock accepts the
- * invalidation floor_record() sent).
- */
-int64
-lockfence_failover_floor(void)
-{
-	TimeLineID	tli;
-	Oid			relid;
-
-	if (RecoveryInProgress())
-		return 0;
-	tli = GetWALInsertionTimeLine();
-	relid = floor_state_relid();
-	if (OidIsValid(relid))
-		LockRelationOid(relid, RowExclusiveLock);
-	if (!(guard_valid && guard_tli == tli && guard_relid == relid))
-		guard_refresh(tli);
-	return guard_state.floor;
-}
-
-bool
-lockfence_failover_floor_rejects(int64 token, FenceOutcome *outcome)
-{
-	int64		floor = lockfence_failover_floor();
-
-	if (token >= floor)
-		return false;
-	outcome->verdict = FENCE_STALE;
-	outcome->highest = floor;
-	outcome->highest_holder = NULL;
-	outcome->leased = false;
-	outcome->lease_expires_at = 0;
-	return true;
-}
-
-bool
-lockfence_failover_floor_required(void)
-{
-	int64		sysid;
-	TimeLineID	tli;
-	bool		in_recovery;
-	FloorState	st;
-
-	current_identity(&sysid, &tli, &in_recovery);
-	if (in_recovery)
-		return false;
-	floor_state_read(sysid, tli, &st);
-	return floor_state_refuses(&st);
 }
 
 /*
@@ -347,7 +134,7 @@ floor_record(int64 floor)
 	Oid			argtypes[3] = {INT8OID, INT8OID, INT8OID};
 	Datum		values[3];
 
-	current_identity(&sysid, &tli, &in_recovery);
+	floor_state_identity(&sysid, &tli, &in_recovery);
 	if (in_recovery)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
@@ -376,7 +163,7 @@ floor_record(int64 floor)
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "SPI_execute failed reading lockfence.floor_state: %s",
 			 SPI_result_code_string(rc));
-	old = spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	old = floor_state_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	floor = Max(floor, old);
 	rc = SPI_execute("DELETE FROM lockfence.floor_state", false, 0);
 	if (rc != SPI_OK_DELETE)
@@ -396,7 +183,7 @@ floor_record(int64 floor)
 
 	/* Every backend (this one at the next command) reads it again. */
 	CacheInvalidateRelcacheByRelid(relid);
-	guard_valid = false;
+	floor_state_forget();
 	return floor;
 }
 
@@ -444,7 +231,7 @@ lockfence_floor_identity(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	current_identity(&sysid, &tli, &in_recovery);
+	floor_state_identity(&sysid, &tli, &in_recovery);
 	values[0] = Int64GetDatum(sysid);
 	values[1] = Int64GetDatum((int64) tli);
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values,
@@ -470,7 +257,7 @@ lockfence_floor_status(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	current_identity(&sysid, &tli, &in_recovery);
+	floor_state_identity(&sysid, &tli, &in_recovery);
 	floor_state_read(sysid, tli, &st);
 
 	values[0] = Int64GetDatum(st.rec_sysid);

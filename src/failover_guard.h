@@ -29,20 +29,4 @@
  */
 extern void lockfence_failover_guard(void);
 
-/*
- * The global fence floor (0: none): the fence of every resource that has
- * no row.
- */
-extern int64 lockfence_failover_floor(void);
-
-/*
- * For a resource without a fence row: true, with a stale verdict in
- * *outcome, when token is below the global floor.
- */
-extern bool lockfence_failover_floor_rejects(int64 token,
-											 FenceOutcome *outcome);
-
-/* Is a fenced write refused now (for the floor_required metric)? */
-extern bool lockfence_failover_floor_required(void);
-
 #endif							/* LOCKFENCE_FAILOVER_GUARD_H */

@@ -36,54 +36,24 @@ PG_FUNCTION_INFO_V1(lockfence_current_token);
 PG_FUNCTION_INFO_V1(lockfence_reset);
 
 /*
- * Reject an empty or over-long resource name.
+ * Told of every accepted fence, with its holder: the etcd session marks
+ * the lock a holder names for its commit-time check.  Registered by
+ * lockfence_etcd_init (etcd_sql.c), so that this file does not call the
+ * etcd client.
  */
-void
-lockfence_validate_resource(const char *resource)
-{
-	size_t		len = strlen(resource);
+static FenceAcceptedCallback fence_accepted_callback = NULL;
 
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fencing resource name must not be empty")));
-	if (len > LOCKFENCE_MAX_RESOURCE_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("fencing resource name is too long"),
-				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
-						   len, LOCKFENCE_MAX_RESOURCE_BYTES)));
+void
+lockfence_on_fence_accepted(FenceAcceptedCallback callback)
+{
+	fence_accepted_callback = callback;
 }
 
-/*
- * Reject an over-long holder name: holders are echoed in errors and in the
- * rejection log, and stored in the fence table.
- */
-void
-lockfence_validate_holder(const char *holder)
+static void
+fence_accepted(const char *holder)
 {
-	size_t		len = strlen(holder);
-
-	if (len > LOCKFENCE_MAX_HOLDER_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("fencing holder name is too long"),
-				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
-						   len, LOCKFENCE_MAX_HOLDER_BYTES)));
-}
-
-/*
- * Reject a negative token: lock services hand out non-negative ones, and a
- * negative token is a sign of a bug in the caller.
- */
-void
-lockfence_validate_token(int64 token)
-{
-	if (token < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("fencing token must not be negative"),
-				 errdetail("The token presented was " INT64_FORMAT ".", token)));
+	if (fence_accepted_callback != NULL)
+		fence_accepted_callback(holder);
 }
 
 /*
@@ -169,7 +139,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 	if (fence_cache_covers(resource, token, holder))
 	{
 		lockfence_metrics_fence_accepted();
-		etcd_session_fence_accepted(holder);
+		fence_accepted(holder);
 		return FENCE_ACCEPTED;
 	}
 
@@ -181,7 +151,7 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 			fence_cache_remember(resource, outcome->highest,
 								 outcome->highest_holder);
 			lockfence_metrics_fence_accepted();
-			etcd_session_fence_accepted(holder);
+			fence_accepted(holder);
 			break;
 		case FENCE_STALE:
 		case FENCE_HOLDER_CONFLICT:

@@ -191,7 +191,7 @@ fence_cache_forget(const char *resource)
  * fence rows that do not name them (lockfence.raise_floor() without a list
  * of resources).
  */
-void
+static void
 fence_cache_forget_all(void)
 {
 	HASH_SEQ_STATUS status;

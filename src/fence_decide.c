@@ -20,7 +20,8 @@
 
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 static bool

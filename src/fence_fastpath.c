@@ -62,19 +62,29 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "fence_fastpath.h"
 #include "lockfence.h"
+#include "lockfence_schema.h"
 
 /*
  * lockfence.debug_disable_fastpath: for tests only (docs/testing.md).  On,
  * every check and lease write takes the statements of fence_store.c and
- * lease.c.  SUSET: it costs speed, and a test is run by a superuser.
+ * lease.c.  SUSET: it costs speed, and a test is run by a superuser.  It
+ * exists only in a build with LOCKFENCE_TEST_HOOKS (make
+ * LOCKFENCE_TEST_HOOKS=1, as test/run-all.sh builds); without, the fast
+ * path is always tried.
  */
+#ifdef LOCKFENCE_TEST_HOOKS
 static bool debug_disable_fastpath = false;
+#else
+#define debug_disable_fastpath false
+#endif
 
 /* Define lockfence.debug_disable_fastpath.  Called from _PG_init. */
 void
 fence_fastpath_init(void)
 {
+#ifdef LOCKFENCE_TEST_HOOKS
 	DefineCustomBoolVariable("lockfence.debug_disable_fastpath",
 							 gettext_noop("Sends every fence check and lease write through SPI statements (for tests only)."),
 							 gettext_noop("Only the path is chosen; the rules are the same. "
@@ -84,6 +94,7 @@ fence_fastpath_init(void)
 							 PGC_SUSET,
 							 GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							 NULL, NULL, NULL);
+#endif
 }
 
 /*
@@ -120,7 +131,6 @@ static FenceRowRead
 fence_fastpath_find(const char *resource, LOCKMODE lockmode, bool latest,
 					FastpathRow *fr)
 {
-	Oid			nspid;
 	Oid			relid;
 	Relation	index;
 	IndexScanDesc scan;
@@ -131,8 +141,7 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, bool latest,
 	if (debug_disable_fastpath)
 		return FENCE_ROW_UNREADABLE;
 
-	nspid = get_namespace_oid("lockfence", true);
-	relid = OidIsValid(nspid) ? get_relname_relid("fences", nspid) : InvalidOid;
+	relid = lockfence_relid("fences");
 	if (!OidIsValid(relid))
 		return FENCE_ROW_UNREADABLE;
 

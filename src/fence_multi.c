@@ -60,11 +60,13 @@ typedef struct FenceMany
 	char	   *holder;			/* or NULL */
 } FenceMany;
 
-/* Where an error arose, for its context line. */
+/*
+ * Where an error of the checks arose, for its context line.  (Errors in
+ * the array's elements get theirs from name_array_elements.)
+ */
 typedef struct FenceManyPosition
 {
-	bool		fencing;		/* false: validating the array */
-	int			index;			/* 0-based, in array or canonical order */
+	int			index;			/* 0-based, in canonical order */
 	int			count;
 } FenceManyPosition;
 
@@ -73,12 +75,8 @@ fence_many_error_context(void *arg)
 {
 	FenceManyPosition *pos = (FenceManyPosition *) arg;
 
-	if (pos->fencing)
-		errcontext("fencing resource %d of %d, in byte order",
-				   pos->index + 1, pos->count);
-	else
-		errcontext("element %d of %d of the resource array",
-				   pos->index + 1, pos->count);
+	errcontext("fencing resource %d of %d, in byte order",
+			   pos->index + 1, pos->count);
 }
 
 /* name_array_elements' validation: as fence(text, ...) validates */
@@ -136,7 +134,7 @@ fence_many_args(FunctionCallInfo fcinfo, FenceMany *call)
 static int
 fence_many_check(const FenceMany *call, FenceOutcome *outcome)
 {
-	FenceManyPosition pos = {true, 0, call->count};
+	FenceManyPosition pos = {0, call->count};
 	ErrorContextCallback errcallback;
 	int			rejected = -1;
 
@@ -167,7 +165,7 @@ static void
 fence_many_report(const FenceMany *call, int rejected,
 				  const FenceOutcome *outcome)
 {
-	FenceManyPosition pos = {true, rejected, call->count};
+	FenceManyPosition pos = {rejected, call->count};
 	ErrorContextCallback errcallback;
 
 	errcallback.callback = fence_many_error_context;

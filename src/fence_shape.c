@@ -53,7 +53,9 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 
+#include "fence_fastpath.h"
 #include "lockfence.h"
+#include "lockfence_schema.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fences_table_problem);
 
@@ -406,9 +408,7 @@ fences_table_problem(Relation rel)
 Datum
 lockfence_fences_table_problem(PG_FUNCTION_ARGS)
 {
-	Oid			nspid = get_namespace_oid("lockfence", true);
-	Oid			relid = OidIsValid(nspid) ?
-		get_relname_relid("fences", nspid) : InvalidOid;
+	Oid			relid = lockfence_relid("fences");
 	Relation	rel;
 	const char *problem;
 	text	   *result = NULL;

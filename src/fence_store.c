@@ -5,9 +5,9 @@
  *
  * The table is the durable record of the highest token accepted per
  * resource.  All access goes through SPI plans prepared once per backend,
- * with every operator schema-qualified, run as the table's owner: callers
- * have no write privilege on the table, and their search_path cannot
- * redirect anything.
+ * with every operator schema-qualified, run as the table's owner
+ * (fence_owner.c): callers have no write privilege on the table, and their
+ * search_path cannot redirect anything.
  *
  * A check takes the resource lock (fence_lock.c) that lasts until the
  * caller's transaction ends, and only then reads the row (in C through
@@ -46,8 +46,6 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -57,9 +55,10 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/resowner.h"
-#include "utils/syscache.h"
 
 #include "fence_lock.h"
+#include "fence_owner.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 /* The statements, and their saved plans (prepared on first use). */
@@ -116,42 +115,13 @@ static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
 /* Saved plans, without [0] and with [1] the lease columns. */
 static SPIPlanPtr fence_plans[2][FENCE_NUM_STATEMENTS];
 
-/* Does lockfence.fences have the lease columns?  Set by fence_store_enter. */
-static bool fence_has_leases = false;
-
-/*
- * The owner of lockfence.fences, as whom the statements run.  Looked up on
- * every use: DROP and CREATE EXTENSION may change it within a session.
- */
-static Oid
-fence_table_owner(void)
-{
-	Oid			nspid = get_namespace_oid("lockfence", false);
-	Oid			relid = get_relname_relid("fences", nspid);
-	HeapTuple	tuple;
-	Oid			owner;
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"lockfence.fences\" does not exist"),
-				 errhint("Reinstall the extension with DROP EXTENSION lockfence and CREATE EXTENSION lockfence.")));
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	fence_has_leases = get_attnum(relid, "lease_expires_at") != InvalidAttrNumber;
-	return owner;
-}
-
 /*
  * The text of a statement, for the schema's lease columns (or their lack).
  */
 static char *
 fence_statement_text(FenceStatement stmt)
 {
-	bool		l = fence_has_leases;
+	bool		l = fence_store_has_leases();
 
 	switch (stmt)
 	{
@@ -179,7 +149,7 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	char		nulls[3] = {' ', ' ', ' '};
 	int			rc;
 
-	SPIPlanPtr *planp = &fence_plans[fence_has_leases ? 1 : 0][stmt];
+	SPIPlanPtr *planp = &fence_plans[fence_store_has_leases() ? 1 : 0][stmt];
 
 	if (*planp == NULL)
 	{
@@ -241,30 +211,6 @@ fence_fetch_row(FenceRow *row)
 	d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
 	row->leased = !isnull;
 	row->lease_expires_at = isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-/*
- * Enter the fence table's context: run as its owner, connected to SPI.
- * An error between enter and leave needs no cleanup here: transaction
- * abort restores the user id and closes SPI.
- */
-void
-fence_store_enter(FenceStoreState *state)
-{
-	GetUserIdAndSecContext(&state->save_userid, &state->save_sec_context);
-	SetUserIdAndSecContext(fence_table_owner(),
-						   state->save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-}
-
-void
-fence_store_leave(FenceStoreState *state)
-{
-	SPI_finish();
-	SetUserIdAndSecContext(state->save_userid, state->save_sec_context);
 }
 
 /*

@@ -78,6 +78,7 @@
 #include "failover_guard.h"
 #include "fence_lock.h"
 #include "lease.h"
+#include "fence_owner.h"
 #include "lockfence.h"
 #include "metrics.h"
 #include "wait_timeout.h"

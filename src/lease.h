@@ -11,6 +11,7 @@
 #ifndef LOCKFENCE_LEASE_H
 #define LOCKFENCE_LEASE_H
 
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 /*
@@ -50,7 +51,6 @@ extern LeaseVerdict lease_decide(LeaseOp op, const FenceRow *row,
 								 int64 token, const char *holder,
 								 Interval *ttl, TimestampTz now,
 								 FenceRow *newrow);
-extern TimestampTz lease_expiry(TimestampTz now, Interval *ttl);
 extern void lease_check_ttl(const char *func, const char *name,
 							Interval *ttl);
 
@@ -63,7 +63,6 @@ extern bool lease_fastpath_release(const char *name, int64 token,
 								   FenceRow *row);
 
 /* lease_wait.c */
-extern bool lease_wait_announced(void);
 extern void lease_wait_prepare(const char *name);
 extern void lease_wait_sleep(long timeout_ms);
 extern void lease_wait_done(void);

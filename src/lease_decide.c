@@ -24,7 +24,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
 #include "lease.h"
 #include "lockfence.h"
 
@@ -41,7 +41,7 @@
 #define LEASE_TTL_FIELD_YEARS	10000
 
 /* now + ttl, with the session's time zone for day and month units. */
-TimestampTz
+static TimestampTz
 lease_expiry(TimestampTz now, Interval *ttl)
 {
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,

@@ -34,6 +34,7 @@
 
 #include "fence_lock.h"
 #include "lease.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 
 /* What lease_edit needs besides the row. */

@@ -21,6 +21,7 @@
 #include "utils/guc.h"
 
 #include "ddl_guard.h"
+#include "fence_fastpath.h"
 #include "lockfence.h"
 #include "metrics.h"
 #include "shmem_hooks.h"

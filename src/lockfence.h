@@ -1,7 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * lockfence.h
- *	  Declarations shared by the modules of the lockfence extension.
+ *	  The public fence API: SQLSTATEs, limits, verdicts, and what the SQL
+ *	  functions and the trigger call (the check, the store, the cache).
+ *	  The fence row as the fast path and the rules see it is in
+ *	  fence_fastpath.h.
  *
  * IDENTIFICATION
  *	  src/lockfence.h
@@ -15,7 +18,6 @@
 
 #include "compat.h"
 #include "datatype/timestamp.h"
-#include "utils/relcache.h"
 
 /*
  * The extension's own SQLSTATEs, class LF.  Class LF is outside the ranges
@@ -57,20 +59,12 @@ typedef struct FenceOutcome
 									 * released) */
 } FenceOutcome;
 
-/* check.c: deployment safeguards */
-extern void lockfence_check_init(void);
-
-/* Saved state of fence_store_enter, restored by fence_store_leave. */
-typedef struct FenceStoreState
-{
-	Oid			save_userid;
-	int			save_sec_context;
-} FenceStoreState;
-
-/* fence.c */
+/* validate.c */
 extern void lockfence_validate_resource(const char *resource);
 extern void lockfence_validate_token(int64 token);
 extern void lockfence_validate_holder(const char *holder);
+
+/* fence.c */
 extern FenceVerdict lockfence_check(const char *resource, int64 token,
 									const char *holder, bool must_advance,
 									FenceOutcome *outcome);
@@ -86,69 +80,13 @@ extern void fence_store_check(const char *resource, int64 token,
 							  FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
 extern bool fence_store_delete(const char *resource);
-extern void fence_store_enter(FenceStoreState *state);
-extern void fence_store_leave(FenceStoreState *state);
 
-/* etcd_session.c: an accepted fence, for the etcd commit-time check */
-extern void etcd_session_fence_accepted(const char *holder);
+/* fence.c: who is told of an accepted fence (its holder, or NULL) */
+typedef void (*FenceAcceptedCallback) (const char *holder);
+extern void lockfence_on_fence_accepted(FenceAcceptedCallback callback);
 
 /* subxact.c: a step whose row locks are kept only when it succeeds */
 extern bool lockfence_run_in_subxact(bool (*step) (void *arg), void *arg);
-
-/*
- * A fence row's columns as fence_fastpath_update reads and writes them (the
- * resource never changes).  Pointers are palloc'd copies.
- */
-typedef struct FenceRow
-{
-	int64		token;
-	TimestampTz accepted_at;
-	char	   *holder;			/* NULL: none */
-	bool		leased;			/* lease_expires_at is not NULL */
-	TimestampTz lease_expires_at;	/* if leased (-infinity: released) */
-	Interval   *lease_ttl;		/* NULL: none */
-} FenceRow;
-
-/*
- * Decide from a fence row as found whether to update it: fill *newrow (a
- * copy of *row on entry) and return true, or return false to leave the row
- * alone.
- */
-typedef bool (*FenceRowEdit) (const FenceRow *row, FenceRow *newrow,
-							  void *arg);
-
-/* What fence_fastpath_read found. */
-typedef enum FenceRowRead
-{
-	FENCE_ROW_FOUND,
-	FENCE_ROW_ABSENT,			/* no row for the resource */
-	FENCE_ROW_UNREADABLE		/* not here: read it with a statement */
-} FenceRowRead;
-
-/* fence_fastpath.c: fence rows read and written without SPI */
-extern void fence_fastpath_init(void);
-extern FenceRowRead fence_fastpath_read(const char *resource, bool latest,
-										FenceRow *row);
-extern bool fence_fastpath_lock_lower(const char *resource, int64 token);
-extern bool fence_fastpath_update(const char *resource, FenceRowEdit edit,
-								  void *arg, FenceRow *row, FenceRow *newrow);
-
-/* What a fence check does next, as fence_decide judges it. */
-typedef enum FenceAction
-{
-	FENCE_ACTION_SHARE,			/* accept an equal token: ShareLock */
-	FENCE_ACTION_ADVANCE,		/* accept a higher token: update the row */
-	FENCE_ACTION_INSERT,		/* accept a first token: insert the row */
-	FENCE_ACTION_REFUSE			/* outcome->verdict says why */
-} FenceAction;
-
-/* fence_decide.c: the one judgment of a fence check, for every path */
-extern FenceAction fence_decide(const FenceRow *row, int64 token,
-								const char *holder, bool must_advance,
-								FenceOutcome *outcome);
-
-/* fence_shape.c: is lockfence.fences as the install scripts make it? */
-extern const char *fences_table_problem(Relation rel);
 
 /* fence_cache.c: tokens this transaction has already fenced */
 extern void fence_cache_init(void);
@@ -157,7 +95,6 @@ extern bool fence_cache_lookup(const char *resource, int64 *token,
 extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
-extern void fence_cache_forget_all(void);
 
 /* lease_wait.c: wake-ups of lease waiters (shared memory if preloaded) */
 extern void lease_wait_init(void);

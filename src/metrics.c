@@ -37,7 +37,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "failover_guard.h"
+#include "floor_state.h"
 #include "metrics.h"
 #include "shmem_hooks.h"
 
@@ -45,7 +45,9 @@ PG_FUNCTION_INFO_V1(lockfence_read_metrics);
 PG_FUNCTION_INFO_V1(lockfence_read_rejections);
 PG_FUNCTION_INFO_V1(lockfence_read_histograms);
 PG_FUNCTION_INFO_V1(lockfence_reset_metrics);
+#ifdef LOCKFENCE_TEST_HOOKS
 PG_FUNCTION_INFO_V1(lockfence_metrics_test_event);
+#endif
 
 /* The plain counters, in the order lockfence.metrics lists them. */
 typedef enum LockfenceCounter
@@ -769,6 +771,7 @@ lockfence_reset_metrics(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+#ifdef LOCKFENCE_TEST_HOOKS
 /*
  * lockfence_metrics_test_event(event text, seconds float8): TEST HOOK.
  *
@@ -777,6 +780,8 @@ lockfence_reset_metrics(PG_FUNCTION_ARGS)
  * exporter queries can be tested before that client exists.  The extension
  * script does not create a SQL function for it; a test creates one as
  * superuser with AS 'MODULE_PATHNAME', 'lockfence_metrics_test_event'.
+ * Compiled only with LOCKFENCE_TEST_HOOKS (make LOCKFENCE_TEST_HOOKS=1,
+ * as test/run-all.sh builds): the shipped library has no test hook.
  */
 Datum
 lockfence_metrics_test_event(PG_FUNCTION_ARGS)
@@ -797,3 +802,4 @@ lockfence_metrics_test_event(PG_FUNCTION_ARGS)
 
 	PG_RETURN_VOID();
 }
+#endif							/* LOCKFENCE_TEST_HOOKS */

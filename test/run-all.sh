@@ -280,7 +280,7 @@ prepare_major() {
 	tar -C "$repo" --exclude=.git -cf - . | tar -C "$work" -xf -
 	make -C "$work" -s clean >/dev/null 2>&1
 	build() {
-		make -C "$work" -s PG_CONFIG="$pgc" \
+		make -C "$work" -s PG_CONFIG="$pgc" LOCKFENCE_TEST_HOOKS=1 \
 			PG_CFLAGS='-Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers' &&
 			make -C "$work" -s PG_CONFIG="$pgc" install
 	}
