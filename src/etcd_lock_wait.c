@@ -100,8 +100,15 @@ typedef struct LockWait
 static bool
 queue_read(const char *body, EtcdReply *reply)
 {
-	return etcd_call_as("a read of the lock queue", "/v3/kv/txn", body,
-						etcd_request_timeout_ms, false, reply);
+	/*
+	 * Only a call queued behind another key waits, so the 55P03 also says
+	 * what a wait that ran out between two requests says: on a loaded
+	 * machine the deadline can fall during a read as easily as between
+	 * two.
+	 */
+	return etcd_call_as("a read of the lock queue (another session holds the lock or waits ahead of this one)",
+						"/v3/kv/txn", body, etcd_request_timeout_ms, false,
+						reply);
 }
 
 /*

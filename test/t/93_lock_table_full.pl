@@ -28,7 +28,7 @@ my ($ret, $out, $err) = $node->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT lockfence.fence(ARRAY(SELECT 'r' || g FROM generate_series(1, 20000) g), 1)");
 isnt($ret, 0, 'fencing 20000 resources in one transaction fails');
 like($err, qr/ERROR:\s+53200: out of shared memory/, 'with 53200 out of shared memory');
-like($err, qr/HINT:\s+You might need to increase max_locks_per_transaction/,
+like($err, qr/HINT:\s+You might need to increase "?max_locks_per_transaction"?/,
 	'and the hint to raise max_locks_per_transaction');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM lockfence.fences'),
 	'0', 'nothing was fenced');

@@ -959,6 +959,27 @@ sub statement_start
 
 =pod
 
+=item statement_duration(node, pid)
+
+How long the statement a backend ran last took on the server, in seconds:
+from its start (query_start) to the backend going idle after it
+(state_change; after an ERROR, once the error was sent).  Both by the
+server's clock, read through another connection; for a bound on when
+the server raised an error, with no part for the test's psql and Perl
+reading it (on a loaded machine they added tens of ms).  Call it only
+once the statement ended (wait_for_error returned).
+
+=cut
+
+sub statement_duration
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM state_change - query_start) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
+}
+
+=pod
+
 =item wait_result(session, seconds)
 
 Wait (default 60 s) for the result of the SQL sent last by send_query.
