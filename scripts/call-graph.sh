@@ -66,7 +66,7 @@ else:
             print("%s -> %s  (%s)" % (a, b, ", ".join(sorted(edges[a][b]))))
 
 # The verdict goes to stderr: the listing must be out first, also when
-# both go to one pipe (stdout is block-buffered there; the chroot's run of
+# both go to one pipe (stdout is block-buffered there; in the chroot a run of
 # TAP 99 got the verdict glued to the middle of a listing line).
 sys.stdout.flush()
 
