@@ -44,6 +44,7 @@
 #include "utils/timestamp.h"
 
 #include "etcd.h"
+#include "wait_timeout.h"
 
 /*
  * Endpoint requests currently go to, an index into etcd_endpoint_list
@@ -780,7 +781,7 @@ exchange(const char *path, const char *body, const char *token,
 
 	if (quiet)
 		quiet_deadline_for_interrupts(deadline);
-	left_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
+	left_ms = wait_ms_until(*deadline);
 	if (left_ms < 1)
 		left_ms = 1;
 	attempt_ms = Min(attempt_ms, left_ms);
@@ -799,7 +800,7 @@ exchange(const char *path, const char *body, const char *token,
 		{
 			long		wait_ms;
 
-			wait_ms = (long) ((*deadline - GetCurrentTimestamp()) / 1000);
+			wait_ms = wait_ms_until(*deadline);
 			if (wait_ms <= 0)
 				break;
 			if (etcd_http_wait(wait_ms))
@@ -980,7 +981,7 @@ cut_to_call_deadline(const char *what, const char *path, long *timeout_ms)
 
 	if (call_deadline.at == 0)
 		return false;
-	left = (long) ((call_deadline.at - GetCurrentTimestamp()) / 1000);
+	left = wait_ms_until(call_deadline.at);
 	if (left <= 0)
 		etcd_call_deadline_report(what ? what : request_label(path),
 								  NULL, NULL);

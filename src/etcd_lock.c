@@ -43,6 +43,7 @@
 #include "etcd.h"
 #include "lockfence.h"
 #include "metrics.h"
+#include "wait_timeout.h"
 
 /*
  * Time allowed for releasing what a failed acquisition left in etcd: as
@@ -290,7 +291,7 @@ finish_renewal(LockRenewal *r, const char *name, const char *key,
 
 		if (deadline != 0)
 		{
-			wait_ms = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+			wait_ms = wait_ms_until(deadline);
 			if (wait_ms <= 0)
 			{
 				etcd_http_finish(r->req);

@@ -49,6 +49,7 @@
 #include "etcd.h"
 #include "lockfence.h"
 #include "name_array.h"
+#include "wait_timeout.h"
 
 /* lockfence.fence(resource, token, holder) (fence.c) */
 extern Datum lockfence_fence(PG_FUNCTION_ARGS);
@@ -304,9 +305,9 @@ lock_set_acquire(EtcdLockSet *set, int ttl, long wait_ms)
 		{
 			long		left = -1;
 
+			/* each call's deadline counts from its own start */
 			if (wait_ms >= 0)
-				left = Max((long) ((deadline - GetCurrentTimestamp()) / 1000),
-						   0L);
+				left = wait_ms_until(deadline);
 			(void) etcd_lock_acquire(set->names[pos.index], ttl, left, false,
 									 &set->locks[pos.index]);
 			set->held = pos.index + 1;

@@ -53,7 +53,8 @@ wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 				 errmsg("wait_timeout must not be negative")));
 	if (usecs == WAIT_TIMEOUT_FOREVER || usecs / 1000 > (int64) LONG_MAX / 2)
 		return -1;
-	return (long) (usecs / 1000);
+	/* rounded up: a wait_timeout never fires before it passed */
+	return (long) ((usecs + 999) / 1000);
 }
 
 /*

@@ -18,5 +18,6 @@
 #define WAIT_TIMEOUT_FOREVER	((int64) -1)
 
 extern bool wait_timeout_usecs(const Interval *span, int64 *usecs);
+extern long wait_ms_until(TimestampTz deadline);
 
 #endif							/* LOCKFENCE_WAIT_TIMEOUT_H */

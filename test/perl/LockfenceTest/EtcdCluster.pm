@@ -959,6 +959,101 @@ sub statement_start
 
 =pod
 
+=item run_delay(pid)
+
+How long process pid has waited, runnable, for a CPU since it started, in
+seconds (the second field of /proc/PID/schedstat: time spent on a run
+queue).  0 when the kernel does not tell.  A bound on how late the code
+acts (a wait_timeout, a cancel) is about the time the code waits or
+works; the difference of run_delay across the measured interval is time
+the kernel gave the CPU to others (a loaded machine: another suite, a
+CPU hog), which late_ms subtracts and reports apart.
+
+=cut
+
+sub run_delay
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/schedstat") or return 0;
+	my $line = <$fh>;
+	close($fh);
+	return 0 unless defined $line && $line =~ /^\d+\s+(\d+)/;
+	return $1 / 1e9;
+}
+
+=pod
+
+=item run_delay_after(node, pid, seconds, text)
+
+run_delay(pid) read once seconds have passed since the start of the
+statement of backend pid whose text contains text (waiting for that
+statement to start first): for a bound on what happens after a deadline
+(a wait_timeout), the wait for a CPU before the deadline must not be
+subtracted (it delays nothing that is measured), and a read after it
+only subtracts less.
+
+=cut
+
+sub run_delay_after
+{
+	my ($node, $pid, $seconds, $text) = @_;
+	my $start = '';
+	my $deadline = time + 30;
+	while (time < $deadline)
+	{
+		$start = $node->safe_psql('postgres',
+			"SELECT extract(epoch FROM query_start) FROM pg_stat_activity WHERE pid = $pid AND strpos(query, \$lf\$$text\$lf\$) > 0");
+		last if $start ne '';
+		usleep(2_000);
+	}
+	die "run_delay_after: backend $pid never ran a statement with \"$text\""
+	  if $start eq '';
+	my $left = $start + $seconds - time;
+	usleep(int($left * 1e6)) if $left > 0;
+	return run_delay($pid);
+}
+
+=pod
+
+=item late_ms(seconds, pid, run_delay_before)
+
+How late something was, in ms, given seconds measured for it on the
+server's clock, not counting what process pid waited for a CPU since
+run_delay_before (run_delay(pid) taken at the start of the interval, or
+by run_delay_after at a deadline):
+returns (ms without the wait, ms of the wait).  Call it at once when the
+interval ends.  If pid is gone (a terminated backend), nothing is
+subtracted.
+
+=cut
+
+sub late_ms
+{
+	my ($seconds, $pid, $before) = @_;
+	my $after = run_delay($pid);
+	my $delay = ($after > 0 && $after >= $before) ? $after - $before : 0;
+	return (($seconds - $delay) * 1000, $delay * 1000);
+}
+
+=pod
+
+=item statement_end(node, pid)
+
+When the statement a backend ran last ended on the server (state_change,
+once it is no longer active), in seconds since the epoch by the server's
+clock.  Call it only once the statement ended (wait_for_error returned).
+
+=cut
+
+sub statement_end
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM state_change) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
+}
+
+=pod
+
 =item statement_duration(node, pid)
 
 How long the statement a backend ran last took on the server, in seconds:
