@@ -52,6 +52,7 @@
 #include "compat.h"
 #include "fence_lock.h"
 #include "lockfence.h"
+#include "lease.h"
 
 /* Seed of the resource hash: any fixed value (it is part of the tag). */
 #define FENCE_LOCK_HASH_SEED	UINT64CONST(0x6c6f636b66656e63)
@@ -120,7 +121,9 @@ PG_FUNCTION_INFO_V1(lockfence_lock_resource);
  * Take the resource lock in ExclusiveLock mode until the transaction ends,
  * for SQL functions that write fence rows without fence() (raise_floor):
  * the write then comes after every transaction that fenced the old token,
- * and before any that fences the new one.
+ * and before any that fences the new one.  Such a write ends the row's
+ * lease (raise_floor clears it), so the lease's waiters are woken when
+ * the transaction commits, as after a release.
  */
 Datum
 lockfence_lock_resource(PG_FUNCTION_ARGS)
@@ -129,5 +132,7 @@ lockfence_lock_resource(PG_FUNCTION_ARGS)
 
 	lockfence_validate_resource(resource);
 	(void) fence_lock_acquire(resource, ExclusiveLock, true);
+	/* a lease the write ends frees the name: its waiters look again */
+	lease_wait_announce_at_commit(resource);
 	PG_RETURN_VOID();
 }

@@ -1,7 +1,8 @@
 
 # Leases with several sessions, lockfence preloaded (condition variables):
 #
-# - a release wakes a waiter at once (the lease's TTL is a minute);
+# - a release wakes a waiter at once (the lease's TTL is a minute), and so
+#   does a raise_floor() that ends the lease;
 # - pg_cancel_backend and statement_timeout stop a wait at once;
 # - a paused client (SIGSTOP of its psql) whose lease expires: the successor
 #   gets a higher token, the old holder's later writes are rejected, and in
@@ -79,6 +80,41 @@ my $handon = $granted_at - $released_at;
 note(sprintf('hand-on after release: %.1f ms', $handon * 1000));
 # Measured between the two server-side clock readings; the TTL is 60 s.
 ok($handon < 0.5, 'the waiter is woken by the release, not by the TTL');
+
+# --- a raised floor wakes the waiter ------------------------------------------
+# raise_floor() ends the leases of the rows it raises: a waiter must look
+# again when it commits.  A waiter sleeps at most a second between looks
+# (LEASE_MAX_SLEEP_MS, for a client that went away), so one woken by
+# nothing would still be granted within a second: each of 3 tries must be
+# granted within 300 ms of the floor (by the server's clock), which a
+# waiter not woken by it meets in about 3 of 10 tries, all 3 about once in
+# 40 runs.
+
+for my $try (1 .. 3)
+{
+	my $name = "fwake$try";
+	my $floor = 1000 * $try;
+	my $fholder = S();
+	is($fholder->query_safe(
+		"SELECT token FROM lockfence.lease_acquire('$name', '1 min', 'h')"),
+		'1', "floor $try: first grant, token 1");
+	my $fwaiter = S();
+	LockfenceTest::EtcdCluster::send_query($fwaiter,
+		"SELECT token, extract(epoch FROM clock_timestamp()) FROM lockfence.lease_acquire('$name', '1 min', 'w');");
+	ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($fwaiter->{pid}) }),
+		"floor $try: the waiter waits");
+	my $raised_at = $fholder->query_safe(
+		"SELECT extract(epoch FROM clock_timestamp()) FROM lockfence.raise_floor($floor, ARRAY['$name'])");
+	my ($fout) = LockfenceTest::EtcdCluster::wait_result($fwaiter, 50);
+	my ($ft, $fgranted_at) = split /\|/, $fout;
+	is($ft, $floor + 1, "floor $try: the waiter is granted the token after the floor");
+	my $fhandon = defined $fgranted_at ? $fgranted_at - $raised_at : 999;
+	ok($fhandon < 0.3,
+		sprintf('floor %d: the waiter is woken by the floor (granted %.1f ms after it)',
+			$try, $fhandon * 1000));
+	$fholder->quit;
+	$fwaiter->quit;
+}
 
 # --- cancel and statement_timeout stop a wait --------------------------------
 
@@ -218,9 +254,10 @@ ok($ntx > 8, 'hand-on is not bound to the TTL');
 
 my %m = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
 	"SELECT name, value FROM lockfence.metrics WHERE name LIKE 'lease%' OR name LIKE 'fence_rejected_lease%'");
-# Grants: wake 1, 2; job a, b, a, b; hot: $ntx.  Errors: the cancelled wait, the
-# statement_timeout, and the wait_timeout behind the paused transaction.
-is($m{lease_acquire_total}, 6 + $ntx, 'lease_acquire_total counts the grants');
+# Grants: wake 1, 2; fwake1 to 3, twice each; job a, b, a, b; hot: $ntx.
+# Errors: the cancelled wait, the statement_timeout, and the wait_timeout
+# behind the paused transaction.
+is($m{lease_acquire_total}, 12 + $ntx, 'lease_acquire_total counts the grants');
 is($m{lease_acquire_error_total}, 3,
 	'lease_acquire_error_total counts cancel, statement_timeout and wait_timeout');
 is($m{lease_expired_taken_over_total}, 2,
@@ -230,7 +267,7 @@ is($node->safe_psql('postgres',
 	3 + 2 + $ntx, 'lease_hold_duration_seconds: every release and expiry');
 is($node->safe_psql('postgres',
 	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
-	6 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
+	12 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
 
 # --- tokens only grow, across a crash ----------------------------------------
 
