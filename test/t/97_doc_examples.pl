@@ -1,5 +1,6 @@
 # Every SQL example of the documentation runs, and gives what the page
-# says it gives (issue 20, item 3).
+# says it gives (issue 20, item 3).  The shell commands are
+# test/t/95_doc_shell.pl's.
 #
 # The convention (also in docs/contributing.md, "Examples in the
 # documentation"):
