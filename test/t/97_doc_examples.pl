@@ -1,5 +1,6 @@
 # Every SQL example of the documentation runs, and gives what the page
-# says it gives (issue 20, item 3).
+# says it gives (issue 20, item 3).  The shell commands are
+# test/t/95_doc_shell.pl's.
 #
 # The convention (also in docs/contributing.md, "Examples in the
 # documentation"):
@@ -42,7 +43,7 @@ my $top = abs_path(dirname(__FILE__) . '/../..');
 
 # Pages whose ```sql blocks belong to other work and are not yet marked;
 # their sql-test blocks still run.
-my %unmarked_ok = map { $_ => 1 } qw(docs/bench-core.md docs/demo.md);
+my %unmarked_ok = map { $_ => 1 } qw(docs/bench-core.md);
 
 my @pages = ('README.md', map { 'docs/' . basename($_) } sort glob("$top/docs/*.md"));
 
