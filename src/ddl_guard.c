@@ -322,32 +322,58 @@ count_protected_tables(char **example)
 }
 
 /*
- * Event trigger (ddl_command_start of the DROP statements, DROP OWNED,
- * ALTER EXTENSION and ALTER SCHEMA): refuse what would take lockfence's
- * protection away from tables that stay.
- *
- * A drop is refused when, with CASCADE, it would drop the extension while
- * tables are protected (DROP EXTENSION lockfence, DROP SCHEMA of its schema
- * under any name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...), or
- * a lockfence trigger of a table it does not drop.  Whether it would is
- * computed from pg_depend before anything is dropped; an event trigger on
- * sql_drop could not do it, since it is dropped with the extension before
- * it would fire.  Objects of other kinds (triggers, indexes, ...) are let
- * through: nothing of lockfence depends on them, and DROP TRIGGER is how
- * lockfence.unprotect() works.
- *
- * ALTER EXTENSION lockfence DROP (after which its members could be dropped
- * one by one) is refused while tables are protected, and renaming the
- * extension's schema always: its functions name it.
- *
- * (Over 80 lines, kept whole: a dispatch on the statement's kind whose
- * length is its error reports; the work is in the helpers above.)
+ * Refuse to rename the extension's schema: its functions name it.
  */
-Datum
-lockfence_guard_drop(PG_FUNCTION_ARGS)
+static void
+guard_schema_rename(RenameStmt *stmt)
 {
-	EventTriggerData *trigdata;
-	Node	   *parsetree;
+	Oid			nsp;
+
+	if (stmt->renameType != OBJECT_SCHEMA)
+		return;
+	nsp = lockfence_schema_oid();
+	if (OidIsValid(nsp) && get_namespace_oid(stmt->subname, true) == nsp)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot rename schema \"%s\" of extension lockfence",
+						stmt->subname),
+				 errdetail("The functions of lockfence and the triggers that protect tables name it.")));
+}
+
+/*
+ * Refuse ALTER EXTENSION lockfence DROP while tables are protected: its
+ * members could be dropped one by one after it.
+ */
+static void
+guard_member_removal(AlterExtensionContentsStmt *stmt)
+{
+	char	   *example;
+	int64		n;
+
+	if (stmt->action > 0 || strcmp(stmt->extname, "lockfence") != 0)
+		return;
+	n = count_protected_tables(&example);
+	if (n > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg_plural("cannot remove an object from extension lockfence while %lld table is protected by it",
+							   "cannot remove an object from extension lockfence while %lld tables are protected by it",
+							   n, (long long) n),
+				 errdetail("Table %s is protected.  An object removed from the extension can be dropped "
+						   "without the extension, and the protections with it.",
+						   example),
+				 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
+						 "or SET lockfence.allow_drop_protected = on.")));
+}
+
+/*
+ * Refuse a DROP or DROP OWNED that would drop a lockfence trigger of a
+ * table it does not drop, or, with CASCADE, the extension while tables
+ * are protected.  Other statements are let through.
+ */
+static void
+guard_drop_statement(Node *parsetree)
+{
 	List	   *classids = NIL;
 	List	   *objids = NIL;
 	char	   *doomed;
@@ -355,69 +381,16 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 	char	   *example;
 	int64		n;
 
-	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("lockfence.guard_drop() must be called as an event trigger")));
-	trigdata = (EventTriggerData *) fcinfo->context;
-	parsetree = trigdata->parsetree;
-
-	/* lockfence's own install and update scripts replace its members */
-	if (creating_extension &&
-		CurrentExtensionObject == get_extension_oid("lockfence", true))
-		PG_RETURN_VOID();
-
-	if (IsA(parsetree, RenameStmt))
-	{
-		RenameStmt *stmt = (RenameStmt *) parsetree;
-		Oid			nsp;
-
-		if (stmt->renameType != OBJECT_SCHEMA)
-			PG_RETURN_VOID();
-		nsp = lockfence_schema_oid();
-		if (OidIsValid(nsp) && get_namespace_oid(stmt->subname, true) == nsp)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot rename schema \"%s\" of extension lockfence",
-							stmt->subname),
-					 errdetail("The functions of lockfence and the triggers that protect tables name it.")));
-		PG_RETURN_VOID();
-	}
-
-	if (allow_drop_protected)
-		PG_RETURN_VOID();
-
-	if (IsA(parsetree, AlterExtensionContentsStmt))
-	{
-		AlterExtensionContentsStmt *stmt = (AlterExtensionContentsStmt *) parsetree;
-
-		if (stmt->action > 0 || strcmp(stmt->extname, "lockfence") != 0)
-			PG_RETURN_VOID();
-		n = count_protected_tables(&example);
-		if (n > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-					 errmsg_plural("cannot remove an object from extension lockfence while %lld table is protected by it",
-								   "cannot remove an object from extension lockfence while %lld tables are protected by it",
-								   n, (long long) n),
-					 errdetail("Table %s is protected.  An object removed from the extension can be dropped "
-							   "without the extension, and the protections with it.",
-							   example),
-					 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
-							 "or SET lockfence.allow_drop_protected = on.")));
-		PG_RETURN_VOID();
-	}
-
 	if (IsA(parsetree, DropStmt))
 		drop_targets((DropStmt *) parsetree, &classids, &objids);
 	else if (IsA(parsetree, DropOwnedStmt))
 		drop_owned_targets((DropOwnedStmt *) parsetree, &classids, &objids);
 	else
-		PG_RETURN_VOID();
+		return;
 
 	doomed = drop_takes_lockfence(classids, objids, &whole);
 	if (doomed == NULL)
-		PG_RETURN_VOID();
+		return;
 	if (!whole)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
@@ -439,5 +412,54 @@ lockfence_guard_drop(PG_FUNCTION_ARGS)
 				 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
 						 "or SET lockfence.allow_drop_protected = on and drop with CASCADE to drop the protections "
 						 "with the extension.")));
+}
+
+/*
+ * Event trigger (ddl_command_start of the DROP statements, DROP OWNED,
+ * ALTER EXTENSION and ALTER SCHEMA): refuse what would take lockfence's
+ * protection away from tables that stay.
+ *
+ * A drop is refused when, with CASCADE, it would drop the extension while
+ * tables are protected (DROP EXTENSION lockfence, DROP SCHEMA of its schema
+ * under any name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...), or
+ * a lockfence trigger of a table it does not drop.  Whether it would is
+ * computed from pg_depend before anything is dropped; an event trigger on
+ * sql_drop could not do it, since it is dropped with the extension before
+ * it would fire.  Objects of other kinds (triggers, indexes, ...) are let
+ * through: nothing of lockfence depends on them, and DROP TRIGGER is how
+ * lockfence.unprotect() works.
+ *
+ * ALTER EXTENSION lockfence DROP (after which its members could be dropped
+ * one by one) is refused while tables are protected, and renaming the
+ * extension's schema always: its functions name it.
+ * lockfence.allow_drop_protected lets all but the rename through.
+ */
+Datum
+lockfence_guard_drop(PG_FUNCTION_ARGS)
+{
+	EventTriggerData *trigdata;
+	Node	   *parsetree;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_EVENT_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("lockfence.guard_drop() must be called as an event trigger")));
+	trigdata = (EventTriggerData *) fcinfo->context;
+	parsetree = trigdata->parsetree;
+
+	/* lockfence's own install and update scripts replace its members */
+	if (creating_extension &&
+		CurrentExtensionObject == get_extension_oid("lockfence", true))
+		PG_RETURN_VOID();
+
+	if (IsA(parsetree, RenameStmt))
+		guard_schema_rename((RenameStmt *) parsetree);
+	else if (!allow_drop_protected)
+	{
+		if (IsA(parsetree, AlterExtensionContentsStmt))
+			guard_member_removal((AlterExtensionContentsStmt *) parsetree);
+		else
+			guard_drop_statement(parsetree);
+	}
 	PG_RETURN_VOID();
 }

@@ -1020,6 +1020,12 @@ call_exhausted(const char *what, const char *path, bool cut,
  * cannot be reached; transient errors retried until then) raises 55P03 at
  * the deadline, not 08006 or 08001 up to the request timeout later, and
  * one due after it is not sent.  Other errors are raised as they are.
+ *
+ * (Over 80 lines, kept whole: the retry loop, whose state (the retry
+ * budget, the last failure and its endpoint, whether the token was
+ * refreshed once) every branch of an attempt updates; the attempt's
+ * answer and failure are judged in call_answered and
+ * call_transport_failed.)
  */
 bool
 etcd_call_as(const char *what, const char *path, const char *body,

@@ -239,8 +239,10 @@ assign_credentials(const char *newval, void *extra)
 
 /*
  * Define the etcd parameters.  Called from _PG_init before the prefix is
- * marked reserved.  (Longer than our usual functions: a flat list of
- * definitions, clearer in one place.)
+ * marked reserved.
+ *
+ * (Over 80 lines, kept whole: a flat list of definitions, one
+ * DefineCustom*Variable call each, clearer in one place.)
  */
 void
 etcd_guc_init(void)

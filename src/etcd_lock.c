@@ -40,6 +40,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "error_cleanup.h"
 #include "etcd.h"
 #include "lockfence.h"
 #include "metrics.h"
@@ -346,9 +347,8 @@ renew_session_lease_after_wait(int64 session_lease)
  * Updates *lease, *fresh and *granted_ttl then; returns our key.
  */
 static char *
-queue_on_lease(const char *name, int ttl, volatile int64 *lease,
-			   volatile bool *fresh, int *granted_ttl, QueueResult *result,
-			   int64 *my_rev)
+queue_on_lease(const char *name, int ttl, int64 *lease, bool *fresh,
+			   int *granted_ttl, QueueResult *result, int64 *my_rev)
 {
 	char	   *key = lock_key(name, *lease);
 	bool		new_fresh;
@@ -387,90 +387,127 @@ remove_queued_key(int64 lease, const char *key, bool fresh)
 }
 
 /*
+ * One acquisition in progress: what its steps and the cleanup after an
+ * error share (lockfence_run_with_cleanup).
+ */
+typedef struct AcquireCall
+{
+	const char *name;
+	int			ttl;
+	TimestampTz deadline;		/* of the whole call; 0: none */
+	bool		try_only;
+	EtcdLockResult *res;
+	int64		session_lease;	/* the session lease of this TTL */
+	bool		session_fresh;	/* granted by this call */
+	int64		lease;			/* the lease our key is queued on */
+	bool		fresh;			/* that lease was granted for this call */
+	int			granted_ttl;
+	char	   *held_key;		/* the session's own key on the name, or NULL */
+	LockRenewal renewal;
+	bool		got;
+} AcquireCall;
+
+/*
+ * Take the lease the call queues its key on: the session lease of the
+ * TTL, or, when the session already holds the name on it (the same key
+ * cannot carry a second lock), a lease of this lock's own, revoked when
+ * the lock is released; the session's key is then in held_key.  Sends the
+ * session lease's renewal if due.
+ */
+static void
+acquire_lease(AcquireCall *c)
+{
+	c->lease = etcd_session_lease(c->ttl, &c->granted_ttl, &c->session_fresh);
+	c->fresh = c->session_fresh;
+	c->session_lease = c->lease;
+	c->held_key = NULL;
+	if (etcd_session_holds_key(c->lease, lock_key(c->name, c->lease)))
+	{
+		/* contend with our own key as any other session would */
+		TimestampTz asked_at = GetCurrentTimestamp();
+
+		c->held_key = lock_key(c->name, c->lease);
+		c->lease = etcd_lease_grant(c->ttl, &c->granted_ttl);
+		etcd_session_track(c->lease, 0, asked_at);
+		c->fresh = true;
+	}
+	start_renewal(&c->renewal, c->session_lease, c->session_fresh);
+}
+
+/*
+ * The protocol's steps after the lease, in order: queue our key (reading
+ * the holder), collect the renewal, wait behind the keys ahead unless
+ * try_only, and record the lock pending; a try-lock that found the name
+ * taken removes its key.
+ */
+static void
+acquire_steps(void *arg)
+{
+	AcquireCall *c = (AcquireCall *) arg;
+	QueueResult queued;
+	int64		my_rev;
+	char	   *key;
+
+	key = queue_on_lease(c->name, c->ttl, &c->lease, &c->fresh,
+						 &c->granted_ttl, &queued, &my_rev);
+	finish_renewal(&c->renewal, c->name, key, c->lease);
+	if (queued == QUEUED_HOLDER)
+	{
+		c->got = true;
+		c->res->token = my_rev;
+	}
+	else if (!c->try_only)
+	{
+		etcd_lock_wait(c->name, key, c->lease, my_rev, c->granted_ttl,
+					   c->deadline, c->held_key);
+		if (c->lease != c->session_lease)
+			renew_session_lease_after_wait(c->session_lease);
+		c->got = true;
+		c->res->token = my_rev;
+	}
+	c->res->key = key;
+	c->res->lease = c->lease;
+	c->res->fresh_lease = c->fresh;
+	if (c->got)
+		etcd_session_lock_acquired(c->lease, key, c->res->token);
+	else
+		remove_queued_key(c->lease, key, c->fresh);
+}
+
+/*
+ * After any error in acquire_steps: count the failure and release what
+ * the call left in etcd (our key, and its lease if granted for the call).
+ */
+static void
+acquire_failed(void *arg)
+{
+	AcquireCall *c = (AcquireCall *) arg;
+
+	lockfence_metrics_etcd_acquire_failed();
+	etcd_lock_release_after_error(c->lease, lock_key(c->name, c->lease),
+								  !c->fresh);
+}
+
+/*
  * etcd_lock_acquire, within the call's deadline (0: none), which every
  * request of the call is cut at (see etcd_lock_acquire).
- *
- * (Over 80 lines, kept whole: the protocol's steps, lease, queue, wait,
- * read-back, in order under the one PG_TRY that releases what they left
- * on any error; the steps themselves are the helpers above.)
  */
 static bool
 acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
 		bool try_only, EtcdLockResult *res)
 {
-	int			granted_ttl;
-	volatile int64 lease;
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool got = false;
-	volatile bool fresh;
-	bool		session_fresh;
-	int64		session_lease;
-	char	   *volatile held_key = NULL;
-	LockRenewal renewal;
+	AcquireCall c = {0};
 
+	c.name = name;
+	c.ttl = ttl;
+	c.deadline = deadline;
+	c.try_only = try_only;
+	c.res = res;
 	etcd_lock_check_args(name, ttl);
-	lease = etcd_session_lease(ttl, &granted_ttl, &session_fresh);
-	fresh = session_fresh;
-	session_lease = lease;
-	if (etcd_session_holds_key(lease, lock_key(name, lease)))
-	{
-		/*
-		 * This session already holds the name on its session lease: the
-		 * same key cannot carry a second lock.  Contend with it as any
-		 * other session would, under a lease of this lock's own, revoked
-		 * when the lock is released.
-		 */
-		TimestampTz asked_at = GetCurrentTimestamp();
+	acquire_lease(&c);
+	lockfence_run_with_cleanup(acquire_steps, acquire_failed, &c);
 
-		held_key = lock_key(name, lease);
-		lease = etcd_lease_grant(ttl, &granted_ttl);
-		etcd_session_track(lease, 0, asked_at);
-		fresh = true;
-	}
-
-	start_renewal(&renewal, session_lease, session_fresh);
-
-	PG_TRY();
-	{
-		QueueResult queued;
-		int64		my_rev;
-		char	   *key;
-
-		key = queue_on_lease(name, ttl, &lease, &fresh, &granted_ttl,
-							 &queued, &my_rev);
-		finish_renewal(&renewal, name, key, lease);
-		if (queued == QUEUED_HOLDER)
-		{
-			got = true;
-			res->token = my_rev;
-		}
-		else if (!try_only)
-		{
-			etcd_lock_wait(name, key, lease, my_rev, granted_ttl, deadline,
-						   held_key);
-			if (lease != session_lease)
-				renew_session_lease_after_wait(session_lease);
-			got = true;
-			res->token = my_rev;
-		}
-		res->key = key;
-		res->lease = lease;
-		res->fresh_lease = fresh;
-		if (got)
-			etcd_session_lock_acquired(lease, key, res->token);
-		else
-			remove_queued_key(lease, key, fresh);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		lockfence_metrics_etcd_acquire_failed();
-		etcd_lock_release_after_error(lease, lock_key(name, lease), !fresh);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (got)
+	if (c.got)
 	{
 		long		secs;
 		int			usecs;
@@ -478,7 +515,7 @@ acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
 		TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
 		lockfence_metrics_etcd_acquired(secs + usecs / 1000000.0);
 	}
-	return got;
+	return c.got;
 }
 
 /*
@@ -565,15 +602,30 @@ unlock_gone(const char *key, const char *detail)
 }
 
 /*
+ * revoke_released_lease's request, and its cleanup after an error: the
+ * revocation again, quietly.  arg: the lease.
+ */
+static void
+revoke_lease(void *arg)
+{
+	(void) etcd_session_revoke(*(int64 *) arg, etcd_request_timeout_ms, false);
+}
+
+static void
+revoke_lease_after_error(void *arg)
+{
+	etcd_session_revoke_after_error(*(int64 *) arg);
+}
+
+/*
  * Revoke the lease of a lock key that was just deleted.  A lease of this
- * session is left alone: it is the session lease of our other locks.  If the revocation fails (cancel included), it is tried again
- * quietly before the error propagates: the caller asked for the release.
+ * session is left alone: it is the session lease of our other locks.  If
+ * the revocation fails (cancel included), it is tried again quietly
+ * before the error propagates: the caller asked for the release.
  */
 static void
 revoke_released_lease(const char *key, int64 lease)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
 	if (lease <= 0)
 		return;
 	if (etcd_session_owns(lease))
@@ -582,17 +634,33 @@ revoke_released_lease(const char *key, int64 lease)
 		etcd_session_lock_released(key);
 		return;
 	}
-	PG_TRY();
-	{
-		(void) etcd_session_revoke(lease, etcd_request_timeout_ms, false);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		etcd_session_revoke_after_error(lease);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	lockfence_run_with_cleanup(revoke_lease, revoke_lease_after_error, &lease);
+}
+
+/* unlock_own_key's request: the key, its lease, and whether it was there */
+typedef struct OwnKeyDelete
+{
+	const char *key;
+	int64		lease;
+	bool		deleted;
+} OwnKeyDelete;
+
+static void
+delete_own_key(void *arg)
+{
+	OwnKeyDelete *d = (OwnKeyDelete *) arg;
+
+	(void) etcd_lease_delete_key(d->lease, d->key, etcd_request_timeout_ms,
+								 false, &d->deleted);
+}
+
+/* after an error: delete the key quietly, keeping the session lease */
+static void
+delete_own_key_after_error(void *arg)
+{
+	OwnKeyDelete *d = (OwnKeyDelete *) arg;
+
+	etcd_lock_release_after_error(d->lease, d->key, true);
 }
 
 /*
@@ -602,23 +670,11 @@ revoke_released_lease(const char *key, int64 lease)
 static bool
 unlock_own_key(const char *key, int64 lease)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		deleted = false;
+	OwnKeyDelete d = {key, lease, false};
 
-	PG_TRY();
-	{
-		(void) etcd_lease_delete_key(lease, key, etcd_request_timeout_ms,
-									 false, &deleted);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(lease, key, true);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	lockfence_run_with_cleanup(delete_own_key, delete_own_key_after_error, &d);
 	etcd_session_lock_released(key);
-	if (!deleted)
+	if (!d.deleted)
 		return unlock_gone(key, "The lock was lost when its lease expired.");
 	return true;
 }

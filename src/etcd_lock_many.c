@@ -46,6 +46,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "error_cleanup.h"
 #include "etcd.h"
 #include "lockfence.h"
 #include "name_array.h"
@@ -257,6 +258,19 @@ etcd_fenced_resources_of_arrays(ArrayType *names, ArrayType *resources,
 }
 
 /*
+ * One etcd_lock_set_take call: what its steps and the cleanup after an
+ * error share (lockfence_run_with_cleanup).
+ */
+typedef struct LockSetCall
+{
+	EtcdLockSet *set;
+	int			ttl;
+	long		wait_ms;		/* for all the locks; < 0: no limit */
+	EtcdLockSetStep step;
+	void	   *step_arg;
+} LockSetCall;
+
+/*
  * Release, after an error, every lock of the set this call holds (all
  * pending), newest first, each as a failed acquisition releases its lock,
  * within one cleanup budget in all.  Locks left when the budget is spent
@@ -264,8 +278,9 @@ etcd_fenced_resources_of_arrays(ArrayType *names, ArrayType *resources,
  * them.  Never raises.
  */
 static void
-lock_set_release_after_error(EtcdLockSet *set)
+lock_set_release_after_error(void *arg)
 {
+	EtcdLockSet *set = ((LockSetCall *) arg)->set;
 	TimestampTz deadline;
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -281,46 +296,45 @@ lock_set_release_after_error(EtcdLockSet *set)
 
 /*
  * Acquire every lock of the set, in order, within wait_ms in all (< 0: no
- * limit).  On any error, releases those already held, then re-raises.
+ * limit).  Run under lock_set_release_after_error.
  */
 static void
-lock_set_acquire(EtcdLockSet *set, int ttl, long wait_ms)
+lock_set_acquire(void *arg)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	TimestampTz start = GetCurrentTimestamp();
+	LockSetCall *c = (LockSetCall *) arg;
+	EtcdLockSet *set = c->set;
+	TimestampTz deadline;
+	LockManyPosition pos = {STEP_ACQUIRE, 0, set->count};
+	ErrorContextCallback cb;
 
-	PG_TRY();
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   Max(c->wait_ms, 0));
+	cb.callback = lock_many_error_context;
+	cb.arg = &pos;
+	cb.previous = error_context_stack;
+	error_context_stack = &cb;
+
+	for (pos.index = 0; pos.index < set->count; pos.index++)
 	{
-		TimestampTz deadline = TimestampTzPlusMilliseconds(start,
-														   Max(wait_ms, 0));
-		LockManyPosition pos = {STEP_ACQUIRE, 0, set->count};
-		ErrorContextCallback cb;
+		long		left = -1;
 
-		cb.callback = lock_many_error_context;
-		cb.arg = &pos;
-		cb.previous = error_context_stack;
-		error_context_stack = &cb;
-
-		for (pos.index = 0; pos.index < set->count; pos.index++)
-		{
-			long		left = -1;
-
-			/* each call's deadline counts from its own start */
-			if (wait_ms >= 0)
-				left = wait_ms_until(deadline);
-			(void) etcd_lock_acquire(set->names[pos.index], ttl, left, false,
-									 &set->locks[pos.index]);
-			set->held = pos.index + 1;
-		}
-		error_context_stack = cb.previous;
+		/* each call's deadline counts from its own start */
+		if (c->wait_ms >= 0)
+			left = wait_ms_until(deadline);
+		(void) etcd_lock_acquire(set->names[pos.index], c->ttl, left, false,
+								 &set->locks[pos.index]);
+		set->held = pos.index + 1;
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		lock_set_release_after_error(set);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	error_context_stack = cb.previous;
+}
+
+/* the caller's step, while the locks are pending */
+static void
+lock_set_step(void *arg)
+{
+	LockSetCall *c = (LockSetCall *) arg;
+
+	c->step(c->set, c->step_arg);
 }
 
 /*
@@ -335,20 +349,12 @@ void
 etcd_lock_set_take(EtcdLockSet *set, int ttl, long wait_ms, bool xact_scope,
 				   bool fenced, EtcdLockSetStep step, void *arg)
 {
-	MemoryContext cxt = CurrentMemoryContext;
+	LockSetCall c = {set, ttl, wait_ms, step, arg};
 
-	lock_set_acquire(set, ttl, wait_ms);
-	PG_TRY();
-	{
-		step(set, arg);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		lock_set_release_after_error(set);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	lockfence_run_with_cleanup(lock_set_acquire, lock_set_release_after_error,
+							   &c);
+	lockfence_run_with_cleanup(lock_set_step, lock_set_release_after_error,
+							   &c);
 
 	for (int i = 0; i < set->count; i++)
 	{

@@ -814,6 +814,7 @@ abandon_release(const ReleaseArgs *a)
 static void
 report_release_failure(ReleaseArgs *a, MemoryContext cxt, int holdoff)
 {
+	/* own PG_TRY (not error_cleanup.c): the error is never re-raised */
 	PG_TRY();
 	{
 		ErrorData  *edata = CopyErrorData();
@@ -868,6 +869,7 @@ release_never_raising(bool pending, bool xact, bool all,
 
 	if (n_locks == 0)
 		return;
+	/* own PG_TRY (not error_cleanup.c): the error is never re-raised */
 	PG_TRY();
 	{
 		fault_point(a.fault);

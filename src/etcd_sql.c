@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "error_cleanup.h"
 #include "etcd.h"
 #include "failover_guard.h"
 #include "lockfence.h"
@@ -57,6 +58,35 @@ wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 	return (long) ((usecs + 999) / 1000);
 }
 
+/* return_lock_row's step and its cleanup: the call and its lock */
+typedef struct LockRow
+{
+	FunctionCallInfo fcinfo;
+	EtcdLockResult *res;
+} LockRow;
+
+static void
+put_lock_row(void *arg)
+{
+	LockRow    *r = (LockRow *) arg;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) r->fcinfo->resultinfo;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	values[0] = CStringGetTextDatum(r->res->key);
+	values[1] = Int64GetDatum(r->res->lease);
+	values[2] = Int64GetDatum(r->res->token);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+static void
+release_lock_of_row(void *arg)
+{
+	EtcdLockResult *res = ((LockRow *) arg)->res;
+
+	etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease);
+}
+
 /*
  * Put the result row of etcd_lock / etcd_try_lock into the tuplestore
  * set up with InitMaterializedSRF, then hand the lock over; if that
@@ -65,26 +95,9 @@ wait_timeout_ms(FunctionCallInfo fcinfo, int argno)
 static void
 return_lock_row(FunctionCallInfo fcinfo, EtcdLockResult *res, bool xact_scope)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	MemoryContext cxt = CurrentMemoryContext;
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	LockRow		r = {fcinfo, res};
 
-	PG_TRY();
-	{
-		values[0] = CStringGetTextDatum(res->key);
-		values[1] = Int64GetDatum(res->lease);
-		values[2] = Int64GetDatum(res->token);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
-							 nulls);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	lockfence_run_with_cleanup(put_lock_row, release_lock_of_row, &r);
 	etcd_lock_hand_over(res, xact_scope);
 }
 

@@ -75,6 +75,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "error_cleanup.h"
 #include "failover_guard.h"
 #include "fence_lock.h"
 #include "lease.h"
@@ -439,6 +440,7 @@ lease_grant(LeaseGrantStep *step)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	/* own PG_TRY (not error_cleanup.c): a 55P03 is an answer, not raised */
 	PG_TRY();
 	{
 		(void) lockfence_run_in_subxact(lease_grant_step, step);
@@ -633,6 +635,30 @@ lease_acquire_waiting(const char *name, const char *holder, Interval *ttl,
 	*rowp = row;
 }
 
+/* lockfence_lease_acquire's wait, run under lockfence_run_with_cleanup */
+typedef struct LeaseAcquireCall
+{
+	const char *name;
+	const char *holder;
+	Interval   *ttl;
+	TimestampTz deadline;
+	FenceRow   *row;
+} LeaseAcquireCall;
+
+static void
+acquire_waiting_step(void *arg)
+{
+	LeaseAcquireCall *c = (LeaseAcquireCall *) arg;
+
+	lease_acquire_waiting(c->name, c->holder, c->ttl, c->deadline, c->row);
+}
+
+static void
+count_failed_acquire(void *arg)
+{
+	lockfence_metrics_lease_acquire_failed();
+}
+
 /*
  * lockfence.lease_acquire(name text, ttl interval, holder text DEFAULT NULL,
  *						   wait_timeout interval DEFAULT NULL,
@@ -650,6 +676,7 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	TimestampTz started = GetCurrentTimestamp();
 	TimestampTz deadline = 0;
 	FenceRow	row;
+	LeaseAcquireCall call;
 
 	lease_acquire_args(fcinfo, "lockfence.lease_acquire()", &name, &ttl,
 					   &holder);
@@ -668,16 +695,13 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	}
 
 	/* Count every acquisition that ends in an error (timeout, cancel). */
-	PG_TRY();
-	{
-		lease_acquire_waiting(name, holder, ttl, deadline, &row);
-	}
-	PG_CATCH();
-	{
-		lockfence_metrics_lease_acquire_failed();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	call.name = name;
+	call.holder = holder;
+	call.ttl = ttl;
+	call.deadline = deadline;
+	call.row = &row;
+	lockfence_run_with_cleanup(acquire_waiting_step, count_failed_acquire,
+							   &call);
 
 	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);

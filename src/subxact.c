@@ -39,6 +39,7 @@ lockfence_run_in_subxact(bool (*step) (void *arg), void *arg)
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 
+	/* own PG_TRY (not error_cleanup.c): re-raises outside the subxact */
 	PG_TRY();
 	{
 		keep = step(arg);

@@ -2,7 +2,8 @@
 #
 # 99_call_graph.pl
 #	  No call cycle between the files of src/ (docs/internals.md, "Map of
-#	  the source").
+#	  the source"), and no function of src/ over 80 lines without a comment
+#	  that says why (issue 19, item 4).
 #
 # Runs scripts/call-graph.sh on the object files of the tree the TAP run
 # uses (test/run-all.sh runs the TAP files inside its built copy, and make
@@ -34,5 +35,54 @@ SKIP:
 	like($out, qr/^no cycle between \d+ files$/m,
 		'scripts/call-graph.sh read the graph');
 }
+
+# Functions over 80 lines, from the name line to the closing brace, in
+# PostgreSQL's layout (name at the start of a line, braces alone at the
+# start of theirs).  Each must say why it is kept whole in the comment
+# before it, with the marker "(Over 80 lines, kept whole: ...)".
+my $max_lines = 80;
+my @src = glob("$top/src/*.c");
+ok(@src > 0, "the sources are here: $top/src/*.c");
+my @unexplained;
+my $n_long = 0;
+for my $file (@src)
+{
+	open(my $fh, '<', $file) or die "$file: $!";
+	my @lines = <$fh>;
+	close($fh);
+	my ($name, $start, $in_body, $before) = (undef, 0, 0, '');
+	my $text = '';    # since the end of the previous function
+	for my $i (0 .. $#lines)
+	{
+		my $l = $lines[$i];
+		if (!$in_body && $l =~ /^(\w+)\(/)
+		{
+			($name, $start, $before) = ($1, $i, $text);
+		}
+		elsif (!$in_body && defined $name && $l =~ /^\{/)
+		{
+			$in_body = 1;
+		}
+		elsif (!$in_body && defined $name && $l =~ /;\s*$/)
+		{
+			undef $name;    # a prototype, not a definition
+		}
+		elsif ($in_body && $l =~ /^\}/)
+		{
+			my $n = $i - $start + 1;
+			if ($n > $max_lines)
+			{
+				$n_long++;
+				push @unexplained, "$file: $name ($n lines)"
+				  unless $before =~ /\(Over 80 lines, kept whole:/;
+			}
+			($name, $in_body, $text) = (undef, 0, '');
+			next;
+		}
+		$text .= $l unless $in_body;
+	}
+}
+is(join("\n", @unexplained), '',
+	"every function of src/ over $max_lines lines ($n_long) says why in its comment");
 
 done_testing();
