@@ -124,6 +124,22 @@ pg_assert_unpatch_paths() {
 	fi
 }
 
+# One build at a time on the machine: a second run (another test command,
+# the fuzzers' lane) would otherwise take the first one's half-built tree
+# for a broken one and delete it under it.  The lock is held in a subshell,
+# for the build only (not for the Valgrind runs after it).
+pg_assert_build() {
+	mkdir -p "$PG_ASSERT_CACHE"
+	(
+		exec {lock_fd}>"$PG_ASSERT_CACHE/.lock"
+		if ! flock -n "$lock_fd"; then
+			pg_assert_say "another run is building the assert-enabled PostgreSQL; waiting for it"
+			flock "$lock_fd"
+		fi
+		pg_assert_build_unlocked
+	)
+}
+
 pg_assert_srcdir() {
 	local d
 	d=$(pg_assert_dir) || return 1
@@ -133,7 +149,7 @@ pg_assert_srcdir() {
 	return 1
 }
 
-pg_assert_build() {
+pg_assert_build_unlocked() {
 	local dir v src prefix start
 	v=$(pg_assert_version) || return 1
 	dir=$(pg_assert_dir) || return 1
