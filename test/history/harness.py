@@ -639,12 +639,20 @@ def wait_ready():
     return ok and wait_until("ZooKeeper", zk_ok, 90)
 
 
+# How long a run may go on past --minutes to reach --min-ok: on a 2-core
+# machine loaded with other suites the workers acknowledged 26 operations
+# a second, 7,889 in twice the planned time (14,099 at lighter load);
+# the run stops as soon as the count is reached, so a quiet machine is
+# not slowed.
+HARD_END_FACTOR = 3
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--minutes", type=float, default=2.5)
     ap.add_argument("--min-ok", type=int, default=0,
-                    help="go on (up to twice --minutes) until this many operations were acknowledged")
+                    help="go on (up to HARD_END_FACTOR times --minutes) until this many operations were acknowledged")
     ap.add_argument("--no-fence", action="store_true", help="self-check: no fence() call, tables unprotected")
     ap.add_argument("--out")
     ap.add_argument("--print-schedule", action="store_true")
@@ -652,7 +660,7 @@ def main():
     a = ap.parse_args()
     if a.wait_ready:
         sys.exit(0 if wait_ready() else 1)
-    plan = make_schedule(a.seed, a.minutes * 60 * 2)
+    plan = make_schedule(a.seed, a.minutes * 60 * HARD_END_FACTOR)
     if a.print_schedule:
         sys.stdout.write(schedule_text(plan))
         return
@@ -682,7 +690,7 @@ def main():
             workers.append((name, p))
 
     nemesis = Nemesis(hist, workers, primary)
-    end, hard_end = a.minutes * 60, a.minutes * 60 * 2
+    end, hard_end = a.minutes * 60, a.minutes * 60 * HARD_END_FACTOR
     injected = 0
 
     def done():
