@@ -32,8 +32,8 @@
 #   fuzz      the libFuzzer harnesses of fuzz/ (fuzz/run.sh, FUZZ_SECONDS
 #             each, default 30)
 #   valgrind  pg_regress and the isolation specs under Valgrind memcheck on
-#             the 15-assert build (not in the default SUITES: it takes long;
-#             see docs/testing.md)
+#             the 15-assert build, side by side, in a lane of its own
+#             (the longest one; see docs/testing-tools.md)
 #
 # Independent suites run side by side, each in its own "lane" (a
 # background job whose output goes to its own log): per major, one lane
@@ -80,7 +80,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-SUITES=${SUITES:-regress isolation tap demo history fuzz}
+SUITES=${SUITES:-regress isolation tap demo history fuzz valgrind}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 TAP_JOBS=${TAP_JOBS:-2}
 TIMING_SLOTS=${TIMING_SLOTS:-2}
