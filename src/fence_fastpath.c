@@ -425,6 +425,7 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	tuple.t_self = fastpath_last.tid;
+	/* keep_buf: the pin is kept whether the version is visible or not */
 	if (heap_fetch(rel, snapshot, &tuple, &buffer, true))
 	{
 		bool		isnull;
@@ -433,8 +434,9 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 
 		same = HeapTupleHeaderGetRawXmin(tuple.t_data) == fastpath_last.xmin &&
 			!isnull && fence_fastpath_text_is(d, resource);
-		ReleaseBuffer(buffer);
 	}
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
 	UnregisterSnapshot(snapshot);
 	table_close(rel, NoLock);	/* keep the table lock, like a statement */
 	if (!same)
