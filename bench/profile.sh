@@ -14,7 +14,10 @@
 #
 #	  Variants: none (no trigger), lockfence, plpgsql (the hand-written
 #	  trigger of core.sh), ctrig (a built-in no-op C trigger, the floor of
-#	  any row trigger).
+#	  any row trigger); for B1 also shape (on request: the lockfence
+#	  variant's statement, WITH f AS (SELECT ...) UPDATE ... WHERE EXISTS
+#	  (SELECT FROM f), calling random() on the unprotected table: the
+#	  share of the statement's form in lockfence's difference to none).
 #
 #	  Run as root.  Prints a table; the callgrind files and the
 #	  callgrind_annotate reports of the lockfence runs are kept in OUT
@@ -79,7 +82,14 @@ case " $B3_VARIANTS " in *" none "*) ;; *) die "B3_VARIANTS must include none" ;
 declare -A B1 B3
 for v in $B1_VARIANTS; do
 	# A prepared statement, as pgbench -M prepared runs it in core.sh.
-	prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
+	if [ "$v" = shape ]; then
+		# The lockfence variant's statement shape (a CTE run once, an
+		# EXISTS over it) on the unprotected table, with a volatile call
+		# that does nothing: what the shape costs, without lockfence.
+		prep="PREPARE u AS WITH f AS (SELECT pg_catalog.random()) UPDATE b1_none SET val = val + 1, fence_token = 1000 WHERE id = 0 AND EXISTS (SELECT FROM f);"
+	else
+		prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
+	fi
 	{ echo "$prep"; repeat_stmt "$N1" "EXECUTE u"; } >"$WORK/p_b1_${v}_n1.sql"
 	{ echo "$prep"; repeat_stmt "$N2" "EXECUTE u"; } >"$WORK/p_b1_${v}_n2.sql"
 	i1=$(callgrind_run "b1_${v}_n1" "$WORK/p_b1_${v}_n1.sql")
