@@ -9,7 +9,10 @@
  * through SPI costs more than the check itself, so fence_fastpath_read
  * looks the row up through the primary key index, with a snapshot taken
  * after the caller's resource lock (fence_lock.c), and locks nothing: the
- * resource lock is what orders the check against advances.
+ * resource lock is what orders the check against advances.  The next
+ * check of the same resource in the backend reads the version found at
+ * its TID, without the index, as long as that version is still the one a
+ * fresh snapshot sees (fence_fastpath_read_last).
  *
  * fence_store.c takes its uncontended advance lock (FOR NO KEY UPDATE of a
  * row recording a lower token) here too, on exactly the version judged:
