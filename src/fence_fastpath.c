@@ -66,7 +66,6 @@
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/guc.h"
-#include "utils/inval.h"
 #include "utils/timestamp.h"
 
 #include "fence_fastpath.h"
@@ -117,13 +116,16 @@ fence_fastpath_init(void)
 
 /*
  * The OID of lockfence.fences, kept between calls: looking it up by name
- * (the schema, then the table) cost about 2,000 instructions per check,
- * an eighth of the fast path (bench/profile.sh).  Any change to the table
- * (DROP, RENAME, DROP EXTENSION) sends a relcache invalidation for it,
- * which forgets the OID; so does an invalidation of the whole relcache.
+ * (the schema, then the table) cost about 1,000 instructions per check
+ * (bench/profile.sh).  Any change to the table (DROP, RENAME, DROP
+ * EXTENSION, VACUUM's new statistics) sends a relcache invalidation for
+ * it, which fence_shape.c counts (fences_table_invalidations): the OID,
+ * and the row version below, are used only while that count is the one
+ * they were kept at.  (No callback of our own: PostgreSQL has room for
+ * only ten relcache callbacks in a backend, for every library.)
  */
 static Oid	fastpath_relid = InvalidOid;
-static bool fastpath_callback_registered = false;
+static uint64 fastpath_relid_invalidations = 0;
 
 /*
  * The fence row version the last read through the index found, and its
@@ -134,6 +136,7 @@ typedef struct FastpathLast
 {
 	bool		valid;
 	Oid			relid;
+	uint64		invalidations;	/* fences_table_invalidations() then */
 	char		resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1];
 	ItemPointerData tid;
 	TransactionId xmin;			/* raw: freezing does not change it */
@@ -143,51 +146,49 @@ typedef struct FastpathLast
 static FastpathLast fastpath_last;
 static MemoryContext fastpath_last_cxt = NULL;
 
-static void
-fence_fastpath_invalidate(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == fastpath_relid)
-	{
-		fastpath_relid = InvalidOid;
-		/* VACUUM's truncation, too, comes with an invalidation */
-		fastpath_last.valid = false;
-	}
-}
-
 /*
  * Open lockfence.fences in lockmode, or return NULL when there is none.
- * The kept OID is used only if it still names the table once the lock is
- * held (taking it accepts the invalidations that a concurrent DROP or
- * RENAME sent); otherwise the name is looked up, as every call did before.
+ * The kept OID is used only if no invalidation of the table arrived since
+ * it was kept, once the lock is held (taking it accepts the invalidations
+ * that a concurrent DROP or RENAME sent); otherwise the name is looked up,
+ * as every call did before.  The caller asks fences_table_problem next,
+ * which records the table the invalidations are counted for.
  */
 static Relation
 fence_fastpath_open(LOCKMODE lockmode)
 {
 	Oid			relid = fastpath_relid;
 
-	if (!fastpath_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(fence_fastpath_invalidate, (Datum) 0);
-		fastpath_callback_registered = true;
-	}
-
 	if (OidIsValid(relid))
 	{
 		Relation	rel = try_table_open(relid, lockmode);
 
-		if (rel != NULL && fastpath_relid == relid)
+		if (rel != NULL &&
+			fastpath_relid_invalidations == fences_table_invalidations())
 			return rel;
 		/* dropped, or changed while we waited for the lock: look again */
 		if (rel != NULL)
 			table_close(rel, NoLock);
+		fastpath_relid = InvalidOid;
 	}
 
 	relid = lockfence_relid("fences");
 	if (!OidIsValid(relid))
 		return NULL;
-	/* Kept from now: an invalidation arriving while we lock it clears it. */
-	fastpath_relid = relid;
 	return table_open(relid, lockmode);
+}
+
+/*
+ * Keep rel's OID (lockfence.fences, opened by name and judged by
+ * fences_table_problem just now) for the next fence_fastpath_open.
+ */
+static void
+fence_fastpath_keep_relid(Relation rel)
+{
+	if (fastpath_relid == RelationGetRelid(rel))
+		return;
+	fastpath_relid = RelationGetRelid(rel);
+	fastpath_relid_invalidations = fences_table_invalidations();
 }
 
 /* The fence table, opened by fence_fastpath_find, and the row version found. */
@@ -231,6 +232,7 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, bool latest,
 		table_close(fr->rel, lockmode);
 		return FENCE_ROW_UNREADABLE;
 	}
+	fence_fastpath_keep_relid(fr->rel);
 	index = index_open(fr->indexid, AccessShareLock);
 	/* A lease's expiry (lease.c), when the schema has it (1.2 on). */
 	fr->lease_attnum =
@@ -366,6 +368,7 @@ fence_fastpath_remember(FastpathRow *fr, const char *resource,
 									sizeof(Interval))) : NULL;
 	MemoryContextSwitchTo(oldcxt);
 	fastpath_last.relid = RelationGetRelid(fr->rel);
+	fastpath_last.invalidations = fences_table_invalidations();
 	strlcpy(fastpath_last.resource, resource, sizeof(fastpath_last.resource));
 	fastpath_last.tid = fr->slot->tts_tid;
 	fastpath_last.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -416,9 +419,13 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 	rel = fence_fastpath_open(RowShareLock);
 	if (rel == NULL)
 		return false;
-	/* Opening it may have accepted an invalidation: check again. */
-	if (!fastpath_last.valid || RelationGetRelid(rel) != fastpath_last.relid ||
+	/*
+	 * Opening it may have accepted an invalidation (VACUUM's truncation of
+	 * the table comes with one): check after.
+	 */
+	if (RelationGetRelid(rel) != fastpath_last.relid ||
 		fences_table_problem(rel) != NULL ||
+		fastpath_last.invalidations != fences_table_invalidations() ||
 		ItemPointerGetBlockNumber(&fastpath_last.tid) >=
 		RelationGetNumberOfBlocks(rel))
 	{
