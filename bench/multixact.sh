@@ -42,7 +42,9 @@
 #
 #	  Settings (environment): ROUNDS (5), DURATION (seconds per pgbench
 #	  run, 5), CLIENTS_LIST ("8 32"), B4_FORM (cte), PG_CONFIG, PRELOAD
-#	  (1), KEEP=1 keeps the temp folder.
+#	  (1), KEEP=1 keeps the temp folder, SYNC_COMMIT (on; off makes the
+#	  runs CPU-bound rather than bound by the commits' WAL flush: a
+#	  diagnostic, not the targets' setting).
 #
 #	  Ends with "RESULT name=ID median=M min=LO max=HI n=N" lines, which
 #	  bench/all.sh reads.
@@ -70,6 +72,8 @@ MAX_CONNECTIONS=$((MAXC + 10))
 . "$(dirname "$0")/setup.sh"
 
 VARIANTS=(none lockfence)
+SYNC_COMMIT=${SYNC_COMMIT:-on}
+case "$SYNC_COMMIT" in on | off) ;; *) die "SYNC_COMMIT must be on or off" ;; esac
 
 log "B4 tables"
 psql_q >/dev/null <<EOF
@@ -80,6 +84,8 @@ INSERT INTO mx_lockfence (id) SELECT g FROM generate_series(0, $MAXC - 1) g;
 SELECT lockfence.protect('mx_lockfence', resource => 'hot');
 SELECT lockfence.fence('hot', 1, 'leader');
 VACUUM ANALYZE mx_none, mx_lockfence;
+ALTER SYSTEM SET synchronous_commit = $SYNC_COMMIT;
+SELECT pg_reload_conf();
 EOF
 # The protected table must really be fenced.
 expect_sqlstate LF002 "UPDATE mx_lockfence SET v = v + 1 WHERE id = 0"
@@ -203,7 +209,7 @@ samples() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
 echo
 echo "lockfence B4, many transactions under one token, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -srm)"
 echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), lockfence preloaded: $([ "${PRELOAD:-1}" = 1 ] && echo yes || echo no)," \
-	"fsync on, synchronous_commit on; pgbench -M prepared -j $JOBS -T $DURATION; $ROUNDS rounds; form $B4_FORM"
+	"fsync on, synchronous_commit $SYNC_COMMIT; pgbench -M prepared -j $JOBS -T $DURATION; $ROUNDS rounds; form $B4_FORM"
 echo
 echo "Medians (all samples):"
 for c in $CLIENTS_LIST; do

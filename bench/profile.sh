@@ -14,12 +14,17 @@
 #
 #	  Variants: none (no trigger), lockfence, plpgsql (the hand-written
 #	  trigger of core.sh), ctrig (a built-in no-op C trigger, the floor of
-#	  any row trigger).
+#	  any row trigger); for B1 also shape (on request: the lockfence
+#	  variant's statement, WITH f AS (SELECT ...) UPDATE ... WHERE EXISTS
+#	  (SELECT FROM f), calling random() on the unprotected table: the
+#	  share of the statement's form in lockfence's difference to none).
 #
 #	  Run as root.  Prints a table; the callgrind files and the
 #	  callgrind_annotate reports of the lockfence runs are kept in OUT
 #	  (default /tmp/lockfence-profile).  Settings: N1 (200), N2 (1200),
-#	  BULK_ROWS (20000), PG_CONFIG (see core.sh).
+#	  BULK_ROWS (20000), PG_CONFIG (see core.sh), B1_VARIANTS ("none
+#	  lockfence plpgsql") and B3_VARIANTS ("none lockfence plpgsql ctrig"):
+#	  "none" must stay in both (the differences are to it).
 #
 # IDENTIFICATION
 #	  bench/profile.sh
@@ -69,10 +74,22 @@ repeat_stmt() {
 	done
 }
 
+B1_VARIANTS=${B1_VARIANTS:-none lockfence plpgsql}
+B3_VARIANTS=${B3_VARIANTS:-none lockfence plpgsql ctrig}
+case " $B1_VARIANTS " in *" none "*) ;; *) die "B1_VARIANTS must include none" ;; esac
+case " $B3_VARIANTS " in *" none "*) ;; *) die "B3_VARIANTS must include none" ;; esac
+
 declare -A B1 B3
-for v in none lockfence plpgsql; do
+for v in $B1_VARIANTS; do
 	# A prepared statement, as pgbench -M prepared runs it in core.sh.
-	prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
+	if [ "$v" = shape ]; then
+		# The lockfence variant's statement shape (a CTE run once, an
+		# EXISTS over it) on the unprotected table, with a volatile call
+		# that does nothing: what the shape costs, without lockfence.
+		prep="PREPARE u AS WITH f AS (SELECT pg_catalog.random()) UPDATE b1_none SET val = val + 1, fence_token = 1000 WHERE id = 0 AND EXISTS (SELECT FROM f);"
+	else
+		prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
+	fi
 	{ echo "$prep"; repeat_stmt "$N1" "EXECUTE u"; } >"$WORK/p_b1_${v}_n1.sql"
 	{ echo "$prep"; repeat_stmt "$N2" "EXECUTE u"; } >"$WORK/p_b1_${v}_n2.sql"
 	i1=$(callgrind_run "b1_${v}_n1" "$WORK/p_b1_${v}_n1.sql")
@@ -81,13 +98,14 @@ for v in none lockfence plpgsql; do
 	log "b1 $v: ${B1[$v]} instructions per transaction"
 done
 
-for v in none lockfence plpgsql ctrig; do
+for v in $B3_VARIANTS; do
 	bench_update "$v" "bulk_$v" "'bulk'" 5000 >"$WORK/p_b3_$v.sql"
 	B3[$v]=$(callgrind_run "b3_$v" "$WORK/p_b3_$v.sql")
 	log "b3 $v: ${B3[$v]} instructions"
 done
 
 for name in b1_lockfence_n2 b1_plpgsql_n2 b3_lockfence b3_ctrig; do
+	[ -f "$OUT/$name.cg" ] || continue
 	callgrind_annotate --inclusive=yes "$OUT/$name.cg" >"$OUT/$name.inclusive.txt" 2>/dev/null || true
 	callgrind_annotate "$OUT/$name.cg" >"$OUT/$name.self.txt" 2>/dev/null || true
 done
@@ -96,13 +114,13 @@ echo
 echo "lockfence instruction counts (callgrind, single-user backend), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
 echo "B1 statement, per transaction (N2 - N1 = $((N2 - N1)) transactions):"
-for v in none lockfence plpgsql; do
+for v in $B1_VARIANTS; do
 	printf '  %-10s %9d instr  %+9d vs none  (x%.3f)\n' "$v" "${B1[$v]}" \
 		$((B1[$v] - B1[none])) "$(awk -v a="${B1[$v]}" -v b="${B1[none]}" 'BEGIN { print a / b }')"
 done
 echo
 echo "B3 UPDATE of $BULK_ROWS rows, per row (whole run / rows, difference to none / rows):"
-for v in none lockfence plpgsql ctrig; do
+for v in $B3_VARIANTS; do
 	printf '  %-10s %9d instr  %+9d vs none  (x%.3f)\n' "$v" $((B3[$v] / BULK_ROWS)) \
 		$(((B3[$v] - B3[none]) / BULK_ROWS)) \
 		"$(awk -v a="${B3[$v]}" -v b="${B3[none]}" 'BEGIN { print a / b }')"

@@ -71,6 +71,9 @@ mkdir -p "$WORK/build/src" "$WORK/build/sql"
 cp "$TREE/Makefile" "$TREE/lockfence.control" "$WORK/build/"
 cp "$TREE"/src/*.c "$TREE"/src/*.h "$WORK/build/src/"
 cp "$TREE"/sql/*.sql "$WORK/build/sql/"
+# The install and upgrade scripts (the Makefile's DATA): without them the
+# installation keeps whatever scripts an earlier install left there.
+cp "$TREE"/lockfence--*.sql "$WORK/build/"
 make -C "$WORK/build" PG_CONFIG="$PG_CONFIG" >"$WORK/build.log" 2>&1 &&
 	make -C "$WORK/build" PG_CONFIG="$PG_CONFIG" install >>"$WORK/build.log" 2>&1 ||
 	{ cat "$WORK/build.log" >&2; die "build failed"; }

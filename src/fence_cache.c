@@ -22,6 +22,12 @@
  * subtransaction hands its versions to the parent, and the end of the top
  * transaction forgets everything.
  *
+ * The hash table itself outlives the transaction (its entries do not):
+ * creating it cost more than the rest of a fenced transaction's cache work
+ * (about 1,900 instructions, bench/profile.sh).  Every change to what the
+ * cache says bumps a generation counter, which lets the trigger keep a
+ * row's verdict for the next rows of its statement (fence_trigger.c).
+ *
  * IDENTIFICATION
  *	  src/fence_cache.c
  *
@@ -54,9 +60,20 @@ typedef struct FenceCacheEntry
 	CachedFence *newest;
 } FenceCacheEntry;
 
-/* Everything lives in this context and is reset at transaction end. */
+/*
+ * The versions live in FenceCacheContext, reset at transaction end; the
+ * hash table lives in its own context, emptied then but kept (unless it
+ * grew beyond FENCE_CACHE_KEEP_ENTRIES: a transaction that fenced
+ * thousands of resources should not leave that much memory behind).
+ */
+#define FENCE_CACHE_KEEP_ENTRIES	64
 static MemoryContext FenceCacheContext = NULL;
+static MemoryContext FenceCacheTableContext = NULL;
 static HTAB *FenceCache = NULL;
+static bool FenceCacheUsed = false;	/* has entries, or versions allocated */
+
+/* Bumped by every change of what fence_cache_lookup would answer. */
+static uint64 FenceCacheGeneration = 1;
 
 /*
  * Upper bound of the subtransaction ids tagging cached versions, so that
@@ -80,6 +97,9 @@ fence_cache_init(void)
 	FenceCacheContext = AllocSetContextCreate(TopMemoryContext,
 											  "lockfence fence cache",
 											  ALLOCSET_SMALL_SIZES);
+	FenceCacheTableContext = AllocSetContextCreate(TopMemoryContext,
+												   "lockfence fence cache table",
+												   ALLOCSET_SMALL_SIZES);
 	RegisterXactCallback(fence_cache_xact_callback, NULL);
 	RegisterSubXactCallback(fence_cache_subxact_callback, NULL);
 }
@@ -87,11 +107,38 @@ fence_cache_init(void)
 static void
 fence_cache_reset(void)
 {
-	if (FenceCache == NULL)
+	if (!FenceCacheUsed)
 		return;
+	FenceCacheGeneration++;
+	if (hash_get_num_entries(FenceCache) > FENCE_CACHE_KEEP_ENTRIES)
+	{
+		hash_destroy(FenceCache);
+		FenceCache = NULL;
+	}
+	else
+	{
+		HASH_SEQ_STATUS status;
+		FenceCacheEntry *entry;
+
+		/* dynahash allows removing the entry a scan just returned */
+		hash_seq_init(&status, FenceCache);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			hash_search(FenceCache, entry->resource, HASH_REMOVE, NULL);
+	}
 	MemoryContextReset(FenceCacheContext);
-	FenceCache = NULL;
+	FenceCacheUsed = false;
 	FenceCacheMaxSubid = InvalidSubTransactionId;
+}
+
+/*
+ * A number that changes whenever what fence_cache_lookup answers may have
+ * changed (a token fenced, forgotten, or dropped with a savepoint, or the
+ * transaction's end).  Equal numbers mean equal answers.
+ */
+uint64
+fence_cache_generation(void)
+{
+	return FenceCacheGeneration;
 }
 
 /*
@@ -112,10 +159,12 @@ fence_cache_push(const char *resource, int64 token, const char *holder)
 
 		ctl.keysize = LOCKFENCE_MAX_RESOURCE_BYTES + 1;
 		ctl.entrysize = sizeof(FenceCacheEntry);
-		ctl.hcxt = FenceCacheContext;
+		ctl.hcxt = FenceCacheTableContext;
 		FenceCache = hash_create("lockfence fence cache", 16, &ctl,
 								 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	}
+	FenceCacheUsed = true;
+	FenceCacheGeneration++;
 
 	entry = hash_search(FenceCache, resource, HASH_ENTER, &found);
 	if (!found)
@@ -148,7 +197,7 @@ fence_cache_lookup(const char *resource, int64 *token, const char **holder)
 {
 	FenceCacheEntry *entry;
 
-	if (FenceCache == NULL)
+	if (!FenceCacheUsed)
 		return false;
 	entry = hash_search(FenceCache, resource, HASH_FIND, NULL);
 	/* newest is NULL only if allocating the entry's version failed */
@@ -180,7 +229,7 @@ fence_cache_remember(const char *resource, int64 token, const char *holder)
 void
 fence_cache_forget(const char *resource)
 {
-	if (FenceCache == NULL ||
+	if (!FenceCacheUsed ||
 		hash_search(FenceCache, resource, HASH_FIND, NULL) == NULL)
 		return;
 	fence_cache_push(resource, -1, NULL);
@@ -199,7 +248,7 @@ fence_cache_forget_all(void)
 	List	   *resources = NIL;
 	ListCell   *lc;
 
-	if (FenceCache == NULL)
+	if (!FenceCacheUsed)
 		return;
 	/* Collect the names first: the scan must not meet entries changing. */
 	hash_seq_init(&status, FenceCache);
@@ -273,10 +322,12 @@ fence_cache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	HASH_SEQ_STATUS status;
 	FenceCacheEntry *entry;
 
-	if (FenceCache == NULL || FenceCacheMaxSubid < mySubid)
+	if (!FenceCacheUsed || FenceCacheMaxSubid < mySubid)
 		return;
 	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
 		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		FenceCacheGeneration++;
 
 	hash_seq_init(&status, FenceCache);
 	while ((entry = hash_seq_search(&status)) != NULL)

@@ -72,5 +72,6 @@ extern FenceAction fence_decide(const FenceRow *row, int64 token,
 
 /* fence_shape.c: is lockfence.fences as the install scripts make it? */
 extern const char *fences_table_problem(Relation rel);
+extern uint64 fences_table_invalidations(void);
 
 #endif							/* LOCKFENCE_FENCE_FASTPATH_H */

@@ -399,6 +399,19 @@ fences_table_problem(Relation rel)
 }
 
 /*
+ * A number that changes with every relcache invalidation of the table
+ * fences_table_problem was last asked about (or of its primary key, or of
+ * every relation): what the fast path keeps about that table (its OID, the
+ * TID of a row version) is good while the number is the same.  Asked
+ * about a table, fences_table_problem has registered the callback.
+ */
+uint64
+fences_table_invalidations(void)
+{
+	return shape_invalidations;
+}
+
+/*
  * lockfence.fences_table_problem() returns text
  *
  * NULL when lockfence.fences is exactly as the install scripts make it,

@@ -39,8 +39,20 @@
  *
  * The same validation runs when the trigger is created (from the
  * extension's event trigger, through lockfence.check_trigger()) and on the
- * first row of every statement, so that a later ALTER TABLE cannot turn
- * the trigger into a silent pass.
+ * first row of every statement whose table changed since (any ALTER TABLE,
+ * CREATE or DROP TRIGGER sends a relcache invalidation of the table), so
+ * that a later ALTER TABLE cannot turn the trigger into a silent pass.
+ * Between such changes the validated configuration is kept per trigger:
+ * parsing and validating it cost about 1,700 instructions per statement
+ * (bench/profile.sh), more than the rest of the trigger's work for a
+ * single-row UPDATE.
+ *
+ * Per row, the trigger remembers the last resource it named (the column's
+ * datum and the name made from it) and whether the transaction's cache
+ * held a token for it, at which generation of that cache
+ * (fence_cache_generation): a next row of the same resource, the common
+ * case of a bulk write, then costs a comparison of datums instead of an
+ * output function call, a validation and a hash look-up.
  *
  * IDENTIFICATION
  *	  src/fence_trigger.c
@@ -52,6 +64,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -60,7 +73,10 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
 #include "citus_guard.h"
@@ -70,7 +86,13 @@
 PG_FUNCTION_INFO_V1(lockfence_fence_trigger);
 PG_FUNCTION_INFO_V1(lockfence_check_trigger);
 
-/* A trigger's arguments, bound to its table; kept in fn_extra. */
+/* Longest resource column datum the per-row memory keeps. */
+#define MEMO_DATUM_BYTES	(LOCKFENCE_MAX_RESOURCE_BYTES + VARHDRSZ)
+
+/*
+ * A trigger's arguments, bound to its table, and what the last row told;
+ * kept per trigger (fence_trigger_config) and in fn_extra.
+ */
 typedef struct FenceTriggerConfig
 {
 	char	   *resource;		/* fixed resource, or NULL */
@@ -78,10 +100,26 @@ typedef struct FenceTriggerConfig
 	char	   *resource_column;
 	char	   *resource_prefix;	/* "" when not given */
 	FmgrInfo	resource_out;	/* output function of the resource column */
+	int16		resource_typlen;
+	bool		resource_typbyval;
 	AttrNumber	token_attnum;	/* token column, or 0 */
 	char	   *token_column;
 	AttrNumber	holder_attnum;	/* holder column, or 0 */
 	FmgrInfo	holder_out;
+
+	/*
+	 * The last resource a row's column named: memo_datum is the column's
+	 * value (a copy of its bytes unless by value), memo_resource the name
+	 * made from it, already validated.  memo_fenced: the transaction's
+	 * cache held a token for memo_resource (or for the fixed resource) at
+	 * generation memo_generation.
+	 */
+	bool		memo_valid;
+	Datum		memo_datum;
+	char		memo_datum_bytes[MEMO_DATUM_BYTES];
+	char		memo_resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1];
+	bool		memo_fenced;
+	uint64		memo_generation;
 } FenceTriggerConfig;
 
 /*
@@ -356,6 +394,10 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 													   COLUMN_NAME);
 		fence_trigger_output_function(rel, config->resource_attnum,
 									  &config->resource_out, mcxt);
+		config->resource_typlen =
+			TupleDescAttr(RelationGetDescr(rel), config->resource_attnum - 1)->attlen;
+		config->resource_typbyval =
+			TupleDescAttr(RelationGetDescr(rel), config->resource_attnum - 1)->attbyval;
 	}
 
 	if (config->token_column != NULL)
@@ -374,11 +416,210 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 }
 
 /*
- * The resource a row belongs to.
+ * The validated configurations, per trigger OID, each in a memory context
+ * of its own.  A relcache invalidation of a trigger's table marks its entry
+ * stale; the next statement validates the trigger again.  A stale entry's
+ * memory may still be in use by a running statement (a function called by
+ * it may change the table, e.g. GRANT, and write it again): it is retired,
+ * and freed when the top transaction ends.
+ */
+typedef struct TriggerConfigEntry
+{
+	Oid			tgoid;			/* hash key */
+	Oid			relid;
+	bool		valid;
+	MemoryContext cxt;
+	FenceTriggerConfig *config;
+} TriggerConfigEntry;
+
+static HTAB *trigger_configs = NULL;
+static MemoryContext trigger_configs_cxt = NULL;
+static List *retired_contexts = NIL;	/* in trigger_configs_cxt */
+
+static void
+fence_trigger_invalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	TriggerConfigEntry *entry;
+
+	if (trigger_configs == NULL)
+		return;
+	hash_seq_init(&status, trigger_configs);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (!OidIsValid(relid) || entry->relid == relid)
+			entry->valid = false;
+}
+
+static void
+fence_trigger_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (retired_contexts == NIL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			foreach(lc, retired_contexts)
+				MemoryContextDelete((MemoryContext) lfirst(lc));
+			list_free(retired_contexts);
+			retired_contexts = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * The validated configuration of trigger on rel: kept from an earlier
+ * statement while the table is unchanged, else validated now (raising if
+ * the trigger or table no longer passes).  The Citus guard runs for every
+ * statement, as before: its answer does not come from rel's relcache entry.
+ */
+static FenceTriggerConfig *
+fence_trigger_config(Trigger *trigger, Relation rel)
+{
+	TriggerConfigEntry *entry;
+	FenceTriggerConfig *config;
+	MemoryContext cxt;
+	bool		found;
+
+	if (trigger_configs == NULL)
+	{
+		HASHCTL		ctl;
+
+		trigger_configs_cxt = AllocSetContextCreate(TopMemoryContext,
+													"lockfence trigger configurations",
+													ALLOCSET_SMALL_SIZES);
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(TriggerConfigEntry);
+		ctl.hcxt = trigger_configs_cxt;
+		trigger_configs = hash_create("lockfence trigger configurations", 16,
+									  &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterRelcacheCallback(fence_trigger_invalidate, (Datum) 0);
+		RegisterXactCallback(fence_trigger_xact_callback, NULL);
+	}
+
+	entry = hash_search(trigger_configs, &trigger->tgoid, HASH_ENTER, &found);
+	if (!found)
+	{
+		entry->valid = false;
+		entry->cxt = NULL;
+		entry->config = NULL;
+	}
+	if (entry->valid && entry->relid == RelationGetRelid(rel))
+	{
+		lockfence_citus_guard_relation(rel);
+		return entry->config;
+	}
+
+	/*
+	 * Validate into a new context, a child of the statement's until it
+	 * passes (an error frees it with the statement); the old one may be in
+	 * use, and is retired.
+	 */
+	cxt = AllocSetContextCreate(CurrentMemoryContext,
+								"lockfence trigger configuration",
+								ALLOCSET_SMALL_SIZES);
+	config = fence_trigger_configure(trigger, rel, cxt);
+	MemoryContextSetParent(cxt, trigger_configs_cxt);
+	if (entry->cxt != NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(trigger_configs_cxt);
+
+		retired_contexts = lappend(retired_contexts, entry->cxt);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	entry->cxt = cxt;
+	entry->config = config;
+	entry->relid = RelationGetRelid(rel);
+	entry->valid = true;
+	return config;
+}
+
+/*
+ * Column attnum of tuple, one of the rows the trigger fires for, read
+ * through the trigger manager's slot for that row when there is one: the
+ * slot keeps what it deformed, so a second column of the row costs an
+ * array access, where heap_getattr walks the tuple again for every column
+ * after a variable-length one (the token column behind the resource
+ * column: about 160 instructions a read).
+ */
+static Datum
+fence_trigger_getattr(TriggerData *trigdata, HeapTuple tuple,
+					  AttrNumber attnum, bool *isnull)
+{
+	if (tuple == trigdata->tg_newtuple && trigdata->tg_newslot != NULL)
+		return slot_getattr(trigdata->tg_newslot, attnum, isnull);
+	if (tuple == trigdata->tg_trigtuple && trigdata->tg_trigslot != NULL)
+		return slot_getattr(trigdata->tg_trigslot, attnum, isnull);
+	return heap_getattr(tuple, attnum, RelationGetDescr(trigdata->tg_relation),
+						isnull);
+}
+
+/*
+ * Is value the resource column's value that the memory holds?  Only a
+ * value whose bytes fit the memory is kept there (not a compressed or
+ * out-of-line one).
+ */
+static bool
+fence_trigger_memo_matches(FenceTriggerConfig *config, Datum value)
+{
+	if (!config->memo_valid)
+		return false;
+	if (config->resource_typlen == -1 && VARATT_IS_EXTENDED(DatumGetPointer(value)) &&
+		!VARATT_IS_SHORT(DatumGetPointer(value)))
+		return false;
+	return datumIsEqual(config->memo_datum, value, config->resource_typbyval,
+						config->resource_typlen);
+}
+
+/* Remember value as naming resource (already validated), if it fits. */
+static void
+fence_trigger_memo_store(FenceTriggerConfig *config, Datum value,
+						 const char *resource)
+{
+	Size		size;
+
+	config->memo_valid = false;
+	config->memo_fenced = false;
+	if (config->resource_typbyval)
+		config->memo_datum = value;
+	else
+	{
+		if (config->resource_typlen == -1)
+		{
+			if (VARATT_IS_EXTENDED(DatumGetPointer(value)) &&
+				!VARATT_IS_SHORT(DatumGetPointer(value)))
+				return;
+			size = VARSIZE_ANY(DatumGetPointer(value));
+		}
+		else if (config->resource_typlen > 0)
+			size = config->resource_typlen;
+		else
+			return;				/* cstring: not kept */
+		if (size > MEMO_DATUM_BYTES)
+			return;
+		memcpy(config->memo_datum_bytes, DatumGetPointer(value), size);
+		config->memo_datum = PointerGetDatum(config->memo_datum_bytes);
+	}
+	strlcpy(config->memo_resource, resource, sizeof(config->memo_resource));
+	config->memo_valid = true;
+}
+
+/*
+ * The resource a row belongs to.  With memo, the name of the last row's
+ * resource is reused when the column holds the same value, and a new one
+ * is remembered: only the row the trigger checks uses the memory (not the
+ * old row of an UPDATE that moves it to another resource).
  */
 static char *
-fence_trigger_resource(FenceTriggerConfig *config, HeapTuple tuple,
-					   TupleDesc tupdesc)
+fence_trigger_resource(FenceTriggerConfig *config, TriggerData *trigdata,
+					   HeapTuple tuple, bool memo)
 {
 	Datum		value;
 	bool		isnull;
@@ -387,18 +628,53 @@ fence_trigger_resource(FenceTriggerConfig *config, HeapTuple tuple,
 	if (config->resource != NULL)
 		return config->resource;
 
-	value = heap_getattr(tuple, config->resource_attnum, tupdesc, &isnull);
+	value = fence_trigger_getattr(trigdata, tuple, config->resource_attnum,
+								  &isnull);
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("resource column \"%s\" of a protected row is null",
 						config->resource_column),
 				 errdetail("A row without a resource cannot be fenced.")));
+	if (memo && fence_trigger_memo_matches(config, value))
+		return config->memo_resource;
 	resource = OutputFunctionCall(&config->resource_out, value);
 	if (config->resource_prefix[0] != '\0')
 		resource = psprintf("%s%s", config->resource_prefix, resource);
 	lockfence_validate_resource(resource);
+	if (memo)
+	{
+		fence_trigger_memo_store(config, value, resource);
+		if (config->memo_valid)
+			return config->memo_resource;
+	}
 	return resource;
+}
+
+/*
+ * Has this transaction fenced resource?  The memory answers for the last
+ * row's resource while the transaction's cache has not changed since.
+ */
+static bool
+fence_trigger_fenced(FenceTriggerConfig *config, const char *resource)
+{
+	int64		token;
+	const char *holder;
+	uint64		generation = fence_cache_generation();
+	bool		memo_resource = resource == config->resource ||
+		(config->memo_valid && resource == config->memo_resource);
+
+	if (memo_resource && config->memo_fenced &&
+		config->memo_generation == generation)
+		return true;
+	if (!fence_cache_lookup(resource, &token, &holder))
+		return false;
+	if (memo_resource)
+	{
+		config->memo_fenced = true;
+		config->memo_generation = generation;
+	}
+	return true;
 }
 
 static void
@@ -441,15 +717,16 @@ fence_trigger_report_copied(FenceTriggerConfig *config, Relation rel,
  * The holder named by a row, or NULL.
  */
 static const char *
-fence_trigger_holder(FenceTriggerConfig *config, HeapTuple tuple,
-					 TupleDesc tupdesc)
+fence_trigger_holder(FenceTriggerConfig *config, TriggerData *trigdata,
+					 HeapTuple tuple)
 {
 	bool		isnull;
 	Datum		value;
 
 	if (config->holder_attnum == 0)
 		return NULL;
-	value = heap_getattr(tuple, config->holder_attnum, tupdesc, &isnull);
+	value = fence_trigger_getattr(trigdata, tuple, config->holder_attnum,
+								  &isnull);
 	return isnull ? NULL : OutputFunctionCall(&config->holder_out, value);
 }
 
@@ -470,7 +747,7 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 
 	if (presented)
 	{
-		holder = fence_trigger_holder(config, tuple, RelationGetDescr(rel));
+		holder = fence_trigger_holder(config, trigdata, tuple);
 		switch (lockfence_check(resource, token, holder, true, &outcome))
 		{
 			case FENCE_ACCEPTED:
@@ -487,7 +764,7 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 		return false;
 	}
 
-	if (fence_cache_lookup(resource, &token, &holder))
+	if (fence_trigger_fenced(config, resource))
 		return true;
 	fence_trigger_report_missing(config, rel, resource);
 	return false;
@@ -524,7 +801,6 @@ static bool
 fence_trigger_presented_token(FenceTriggerConfig *config,
 							  TriggerData *trigdata, int64 *token)
 {
-	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
 	bool		oldnull;
 	bool		newnull;
 	Datum		oldvalue;
@@ -534,14 +810,14 @@ fence_trigger_presented_token(FenceTriggerConfig *config,
 		return false;
 
 	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		newvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
-								tupdesc, &newnull);
+		newvalue = fence_trigger_getattr(trigdata, trigdata->tg_trigtuple,
+										 config->token_attnum, &newnull);
 	else
 	{
-		newvalue = heap_getattr(trigdata->tg_newtuple, config->token_attnum,
-								tupdesc, &newnull);
-		oldvalue = heap_getattr(trigdata->tg_trigtuple, config->token_attnum,
-								tupdesc, &oldnull);
+		newvalue = fence_trigger_getattr(trigdata, trigdata->tg_newtuple,
+										 config->token_attnum, &newnull);
+		oldvalue = fence_trigger_getattr(trigdata, trigdata->tg_trigtuple,
+										 config->token_attnum, &oldnull);
 		if (!newnull && !oldnull &&
 			DatumGetInt64(oldvalue) == DatumGetInt64(newvalue))
 			return false;
@@ -562,12 +838,12 @@ fence_trigger_same_resource(FenceTriggerConfig *config, TriggerData *trigdata,
 	Form_pg_attribute att = TupleDescAttr(tupdesc, config->resource_attnum - 1);
 	bool		oldnull;
 	bool		newnull;
-	Datum		oldvalue = heap_getattr(trigdata->tg_trigtuple,
-										config->resource_attnum, tupdesc,
-										&oldnull);
-	Datum		newvalue = heap_getattr(trigdata->tg_newtuple,
-										config->resource_attnum, tupdesc,
-										&newnull);
+	Datum		oldvalue = fence_trigger_getattr(trigdata, trigdata->tg_trigtuple,
+												 config->resource_attnum,
+												 &oldnull);
+	Datum		newvalue = fence_trigger_getattr(trigdata, trigdata->tg_newtuple,
+												 config->resource_attnum,
+												 &newnull);
 
 	if (oldnull || newnull)
 		return false;			/* let fence_trigger_resource() report it */
@@ -594,13 +870,12 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("lockfence.fence_trigger() was not called by the trigger manager")));
 
-	/* Validate once per statement; the table may have changed since. */
+	/* Once per statement; validated again if the table changed since. */
 	config = (FenceTriggerConfig *) fcinfo->flinfo->fn_extra;
 	if (config == NULL)
 	{
-		config = fence_trigger_configure(trigdata->tg_trigger,
-										 trigdata->tg_relation,
-										 fcinfo->flinfo->fn_mcxt);
+		config = fence_trigger_config(trigdata->tg_trigger,
+									  trigdata->tg_relation);
 		fcinfo->flinfo->fn_extra = config;
 	}
 
@@ -627,7 +902,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 
-	resource = fence_trigger_resource(config, tuple, tupdesc);
+	resource = fence_trigger_resource(config, trigdata, tuple, true);
 	presented = fence_trigger_presented_token(config, trigdata, &token);
 	fenced = fence_trigger_row(config, trigdata, tuple, resource, presented,
 							   token);
@@ -640,9 +915,9 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) && config->resource == NULL &&
 		!fence_trigger_same_resource(config, trigdata, tupdesc))
 	{
-		char	   *old_resource = fence_trigger_resource(config,
+		char	   *old_resource = fence_trigger_resource(config, trigdata,
 														  trigdata->tg_trigtuple,
-														  tupdesc);
+														  false);
 
 		if (strcmp(old_resource, resource) != 0)
 			fenced = fence_trigger_row(config, trigdata,

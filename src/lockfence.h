@@ -95,6 +95,7 @@ extern bool fence_cache_lookup(const char *resource, int64 *token,
 extern void fence_cache_remember(const char *resource, int64 token,
 								 const char *holder);
 extern void fence_cache_forget(const char *resource);
+extern uint64 fence_cache_generation(void);
 
 /* lease_wait.c: wake-ups of lease waiters (shared memory if preloaded) */
 extern void lease_wait_init(void);
