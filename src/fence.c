@@ -111,8 +111,7 @@ fence_cache_covers(const char *resource, int64 token, const char *holder)
 	Assert(fence_lock_held(resource, ShareLock) ||
 		   fence_lock_held(resource, ExclusiveLock));
 	return cached_token == token &&
-		(cached_holder == NULL || holder == NULL ||
-		 strcmp(cached_holder, holder) == 0);
+		!fence_holders_conflict(cached_holder, holder);
 }
 
 /*

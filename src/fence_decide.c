@@ -24,8 +24,14 @@
 #include "fence_fastpath.h"
 #include "lockfence.h"
 
-static bool
-holders_conflict(const char *recorded, const char *presented)
+/*
+ * Do two holders conflict?  Only two known, different names do: a token
+ * fenced without a holder, or presented without one, may be presented by
+ * any holder.  Also the rule of fence_cache_covers (fence.c): a token this
+ * transaction fenced counts again only for a compatible holder.
+ */
+bool
+fence_holders_conflict(const char *recorded, const char *presented)
 {
 	return recorded != NULL && presented != NULL &&
 		strcmp(recorded, presented) != 0;
@@ -71,7 +77,7 @@ fence_decide(const FenceRow *row, int64 token, const char *holder,
 		outcome->verdict = FENCE_ACCEPTED;
 		return FENCE_ACTION_ADVANCE;
 	}
-	else if (holders_conflict(row->holder, holder))
+	else if (fence_holders_conflict(row->holder, holder))
 		outcome->verdict = FENCE_HOLDER_CONFLICT;
 	else if (must_advance)
 		outcome->verdict = FENCE_NOT_ADVANCED;

@@ -73,6 +73,9 @@ extern void lockfence_report_rejection(const char *resource, int64 token,
 									   const FenceOutcome *outcome);
 extern bool fence_cache_covers(const char *resource, int64 token,
 							   const char *holder);
+/* fence_decide.c */
+extern bool fence_holders_conflict(const char *recorded,
+								   const char *presented);
 
 /* fence_store.c: the fence table, read and written through SPI */
 extern void fence_store_check(const char *resource, int64 token,

@@ -43,7 +43,7 @@ my $top = abs_path(dirname(__FILE__) . '/../..');
 
 # Pages whose ```sql blocks belong to other work and are not yet marked;
 # their sql-test blocks still run.
-my %unmarked_ok = map { $_ => 1 } qw(docs/bench-core.md);
+my %unmarked_ok = map { $_ => 1 } qw();
 
 my @pages = ('README.md', map { 'docs/' . basename($_) } sort glob("$top/docs/*.md"));
 
