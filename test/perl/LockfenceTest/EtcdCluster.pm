@@ -382,8 +382,12 @@ croaks on failure.  etcdctl_try returns (exit code, output) instead.
 sub _etcdctl_cmd
 {
 	my ($self, $endpoints, @args) = @_;
+	# 10 s: with authentication on, each call first checks the root
+	# password (bcrypt), which took over 5 s at load 20 ("context deadline
+	# exceeded" in 43's setup); short enough that a call stuck on a paused
+	# member still leaves a 20 s poll_until room to try again.
 	my @cmd = ($ETCDCTL, "--endpoints=$endpoints", '--dial-timeout=2s',
-		'--command-timeout=5s');
+		'--command-timeout=10s');
 	if ($self->{tls})
 	{
 		push @cmd, '--cacert=' . $self->ca_file,
