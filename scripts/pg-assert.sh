@@ -189,7 +189,10 @@ pg_assert_build_unlocked() {
 		>>"$dir/install.log" 2>&1 ||
 		{ pg_assert_say "install failed, see $dir/install.log"; tail -20 "$dir/install.log" >&2; return 1; }
 	local stray
-	stray=$(cd "$stage" && find . -mindepth 1 -maxdepth 20 -not -type d | grep -v -F "./${prefix#/}/" | head -5)
+	# (grep finds nothing when all is well: its status 1 must not end the
+	# script under set -e and pipefail, as it did, silently, after every
+	# build from scratch)
+	stray=$(cd "$stage" && find . -mindepth 1 -maxdepth 20 -not -type d | { grep -v -F "./${prefix#/}/" || true; } | head -5)
 	if [ -n "$stray" ]; then
 		pg_assert_say "the install put files outside $prefix (not installed): $stray"
 		return 1
