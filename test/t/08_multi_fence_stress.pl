@@ -4,7 +4,8 @@
 #	  Many sessions fencing random overlapping sets of resources with
 #	  lockfence.fence(text[], ...) and try_fence(text[], ...).
 #
-# Eight psql sessions run for about ten seconds, each in a loop of its own
+# Eight psql sessions run for about ten seconds (longer, up to 90 s, until
+# at least 20 calls were accepted and one rejected), each in a loop of its own
 # transactions: take the next token from a shared sequence (as a lock
 # service hands them out, in increasing order), fence a random set of two
 # to four of eight resources, named in a random order, and commit; each
@@ -33,6 +34,7 @@ use Test::More;
 
 my $sessions = 8;
 my $seconds = 10;
+my $hard_seconds = 90;
 my @resources = map { "r$_" } 0 .. 7;
 
 my $node = PostgreSQL::Test::Cluster->new('multifence');
@@ -66,7 +68,11 @@ HAVING count(*) FILTER (WHERE token = :t) <>
        (SELECT count(DISTINCT r) FROM unnest($array) AS r);
 };
 	my $sql = qq{
-SELECT clock_timestamp() > :'deadline'::timestamptz AS stop \\gset
+SELECT clock_timestamp() > :'hard_deadline'::timestamptz
+    OR (clock_timestamp() > :'deadline'::timestamptz
+        AND (SELECT count(*) FILTER (WHERE result = 'accepted') >= 20
+                AND count(*) FILTER (WHERE result <> 'accepted') >= 1
+               FROM outcome)) AS stop \\gset
 \\if :stop
 \\q
 \\endif
@@ -110,12 +116,17 @@ COMMIT;
 	return $sql;
 }
 
-my $deadline = $node->safe_psql('postgres',
-	"SELECT clock_timestamp() + interval '$seconds seconds'");
 my @harnesses;
 foreach my $id (1 .. $sessions)
 {
-	my $script = "\\set deadline '$deadline'\n\\set VERBOSITY verbose\n";
+	# The deadlines count from the session's own start (writing the
+	# scripts took longer than $seconds on a loaded machine, and the
+	# sessions then ran no call at all); past the first, a session goes on
+	# until the calls checked below happened (at least 20 accepted and one
+	# rejected), up to the second.
+	my $script = "SELECT clock_timestamp() + interval '$seconds seconds' AS deadline,"
+	  . " clock_timestamp() + interval '$hard_seconds seconds' AS hard_deadline \\gset\n"
+	  . "\\set VERBOSITY verbose\n";
 	# Plenty of iterations: each session stops at the deadline.
 	foreach my $k (1 .. 20000)
 	{
