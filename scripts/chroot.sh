@@ -204,7 +204,10 @@ chroot_clean_tmp() {
 	return 0
 }
 
-# Mount what the server needs and install the host's etcd binaries.
+# Mount what the server needs and install the host's etcd binaries, and
+# promtool (docs/monitoring.md's rule tests, TAP 95): Go binaries that need
+# only libc, whose chroot copy (trixie's) is newer than the host's.  Copied
+# rather than installed, so the chroot's recipe (and cache) is unchanged.
 chroot_enter() {
 	CHROOT_ENTERED=1
 	chroot_clean_tmp
@@ -213,7 +216,7 @@ chroot_enter() {
 	mountpoint -q "$CHROOT_ROOT/dev/shm" || mount -t tmpfs -o mode=1777 shm "$CHROOT_ROOT/dev/shm" || return 1
 	cp /etc/resolv.conf "$CHROOT_ROOT/etc/resolv.conf" 2>/dev/null
 	local b
-	for b in etcd etcdctl; do
+	for b in etcd etcdctl promtool; do
 		[ -x "/usr/bin/$b" ] && cp -p "/usr/bin/$b" "$CHROOT_ROOT/usr/bin/$b"
 	done
 	return 0
