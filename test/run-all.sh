@@ -32,10 +32,10 @@
 #   fuzz      the libFuzzer harnesses of fuzz/ (fuzz/run.sh, FUZZ_SECONDS
 #             each, default 30)
 #   valgrind  pg_regress and the isolation specs under Valgrind memcheck on
-#             the 15-assert build, side by side, in a lane of its own; not
-#             in the default SUITES: beside the other lanes on 2 cores it
-#             slowed the history test below its 10,000 operations (7,177
-#             in 7.5 minutes); see docs/testing-tools.md
+#             the 15-assert build, side by side, in a lane of its own that
+#             starts when the demonstration and the history test are done
+#             (beside them on 2 cores it slowed the history test below its
+#             10,000 operations); see docs/testing-tools.md
 #
 # Independent suites run side by side, each in its own "lane" (a
 # background job whose output goes to its own log): per major, one lane
@@ -82,7 +82,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-SUITES=${SUITES:-regress isolation tap demo history fuzz}
+SUITES=${SUITES:-regress isolation tap demo history fuzz valgrind}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
 TAP_JOBS=${TAP_JOBS:-2}
 TIMING_SLOTS=${TIMING_SLOTS:-2}
@@ -793,14 +793,17 @@ lane_clients() {
 			nice -n "$CLIENT_NICE" env PG_CONFIG="$pgc" LOCKFENCE_HISTORY_NO_BUILD=1 \
 			bash "$tree/test/history/run.sh"
 	fi
+	touch "$RUN_DIR/clients-done"
 	return 0
 }
 
 DEMO_LANE_PID=
+CLIENTS_LANE=
 for p in "${prepared[@]}"; do
 	if [ "${p%%:*}" = "$host_major" ] && { wanted demo || wanted history; }; then
 		# First lane (lane00: its log is watched for the demo's install).
 		start_lane "[$host_major] demonstration and history test" lane_clients "${p#*:}"
+		CLIENTS_LANE=${LANE_PIDS[0]}
 		wanted demo && DEMO_LANE_PID=${LANE_PIDS[0]}
 	fi
 done
@@ -837,9 +840,20 @@ if [ -n "$fuzz_ok" ]; then
 	start_lane "[host] fuzzers" suite "[host] fuzzers (fuzz/run.sh, ${FUZZ_SECONDS:-30} s each)" \
 		nice -n "$BULK_NICE" "$repo/fuzz/run.sh"
 fi
-if wanted valgrind; then
-	start_lane "[host] Valgrind" suite "[host] Valgrind memcheck on 15-assert (scripts/pg-assert.sh valgrind)" \
+# Valgrind starts when the demonstration and the history test are done:
+# beside them on 2 cores it took the CPU their workers need to reach their
+# operation counts (the history test did 7,177 of its 10,000 operations).
+lane_valgrind() {
+	if [ -n "$CLIENTS_LANE" ]; then
+		while [ ! -e "$RUN_DIR/clients-done" ] && kill -0 "$CLIENTS_LANE" 2>/dev/null; do
+			sleep 2
+		done
+	fi
+	suite "[host] Valgrind memcheck on 15-assert (scripts/pg-assert.sh valgrind)" \
 		nice -n "$BULK_NICE" "$repo/scripts/pg-assert.sh" valgrind
+}
+if wanted valgrind; then
+	start_lane "[host] Valgrind" lane_valgrind
 fi
 
 wait_lanes

@@ -46,19 +46,7 @@ sub signal_backend
 	return $t;
 }
 
-# Pump a session until its stderr shows an error; returns the time it did.
-sub wait_for_error
-{
-	my ($s, $seconds) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		$s->{run}->pump_nb;
-		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
-		usleep(1_000);
-	}
-	return undef;
-}
+sub wait_for_error { return LockfenceTest::EtcdCluster::wait_for_error(@_); }
 
 # Start a waiter blocked behind the holder; returns the session.
 sub start_waiter

@@ -32,41 +32,14 @@ lockfence.etcd_endpoints = '@{[ $etcd->client_url(0) ]}'
 lockfence.etcd_request_timeout = '2s'
 EOF
 
-sub keys_under
-{
-	my ($prefix) = @_;
-	my $out = $etcd->etcdctl('get', '--prefix', '--keys-only', $prefix);
-	return grep { $_ ne '' } split /\n/, $out;
-}
+sub keys_under { return $etcd->keys(@_); }
 
-sub leases
-{
-	my $out = $etcd->etcdctl('lease', 'list');
-	return sort grep { /^[0-9a-f]+$/ } split /\n/, $out;
-}
+# sorted, for comparing lists
+sub leases { return sort { $a cmp $b } $etcd->leases; }
 
-# Send a statement without waiting for its result.
-sub send_query
-{
-	my ($s, $sql) = @_;
-	$s->{stdin} .= "$sql\n";
-	$s->{run}->pump_nb;
-	return;
-}
+sub send_query { return LockfenceTest::EtcdCluster::send_raw(@_); }
 
-# Pump a session until its stderr shows an error; returns the time it did.
-sub wait_for_error
-{
-	my ($s, $seconds) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		$s->{run}->pump_nb;
-		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
-		usleep(1_000);
-	}
-	return undef;
-}
+sub wait_for_error { return LockfenceTest::EtcdCluster::wait_for_error(@_); }
 
 # Poll until code returns true or the deadline passes.
 sub poll_until

@@ -50,18 +50,10 @@ my $node = LockfenceTest::EtcdCluster::pg_node('stopint', <<EOF);
 lockfence.etcd_endpoints = '@{[ $etcd->client_url(0) ]}'
 EOF
 
-sub keys_under
-{
-	my ($prefix) = @_;
-	my $out = $etcd->etcdctl('get', '--prefix', '--keys-only', $prefix);
-	return grep { $_ ne '' } split /\n/, $out;
-}
+sub keys_under { return $etcd->keys(@_); }
 
-sub leases
-{
-	my $out = $etcd->etcdctl('lease', 'list');
-	return sort grep { /^[0-9a-f]+$/ } split /\n/, $out;
-}
+# sorted, for comparing lists
+sub leases { return sort { $a cmp $b } $etcd->leases; }
 
 sub send_query { return LockfenceTest::EtcdCluster::send_raw(@_); }
 

@@ -46,12 +46,7 @@ lockfence.etcd_endpoints = '@{[ $etcd->client_url(0) ]}'
 lockfence.etcd_request_timeout = '5s'
 EOF
 
-sub keys_under
-{
-	my ($prefix) = @_;
-	my $out = $etcd->etcdctl('get', '--prefix', '--keys-only', $prefix);
-	return grep { $_ ne '' } split /\n/, $out;
-}
+sub keys_under { return $etcd->keys(@_); }
 
 sub send_query { return LockfenceTest::EtcdCluster::send_raw(@_); }
 

@@ -45,19 +45,7 @@ sub lease_waiting
 	) eq 't';
 }
 
-# Pump a session until its stderr shows an error; returns the time it did.
-sub wait_for_error
-{
-	my ($s, $seconds) = @_;
-	my $deadline = time + $seconds;
-	while (time < $deadline)
-	{
-		$s->{run}->pump_nb;
-		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
-		usleep(1_000);
-	}
-	return undef;
-}
+sub wait_for_error { return LockfenceTest::EtcdCluster::wait_for_error(@_); }
 
 # --- a release wakes the waiter -----------------------------------------------
 
