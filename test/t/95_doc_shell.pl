@@ -25,13 +25,15 @@ use warnings;
 
 use Cwd qw(abs_path);
 use IPC::Run;
-use File::Basename qw(dirname basename);
+use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use LockfenceTest::DocPages;
+
 my $top = abs_path(dirname(__FILE__) . '/../..');
-my @pages = ('README.md', map { 'docs/' . basename($_) } sort glob("$top/docs/*.md"));
+my @pages = LockfenceTest::DocPages::pages($top);
 
 # Pages other work owns and has not marked yet; their sh-test blocks run.
 my %unmarked_ok = map { $_ => 1 } qw();
@@ -41,38 +43,18 @@ my %unmarked_ok = map { $_ => 1 } qw();
 sub read_page
 {
 	my ($page) = @_;
-	open my $fh, '<', "$top/$page" or die "$page: $!";
-	my @lines = <$fh>;
-	close $fh;
-	chomp @lines;
 	my (@blocks, @unmarked);
-	my $prev = '';
-	for (my $i = 0; $i < @lines; $i++)
+	for my $b (LockfenceTest::DocPages::blocks($top, $page))
 	{
-		if ($lines[$i] =~ /^(\s*)```(\S*)\s*(.*)$/)
+		if ($b->{info} eq 'sh-test')
 		{
-			my ($indent, $info, $rest) = ($1, $2, $3);
-			my $start = $i + 1;
-			my @body;
-			for ($i++; $i < @lines && $lines[$i] !~ /^\s*```\s*$/; $i++)
-			{
-				(my $b = $lines[$i]) =~ s/^\Q$indent\E//;
-				push @body, $b;
-			}
-			if ($info eq 'sh-test')
-			{
-				my ($needs) = $rest =~ /\bneeds=(\S+)/;
-				push @blocks, { line => $start, body => \@body, needs => $needs };
-			}
-			elsif ($info =~ /^(sh|bash|shell|console)$/
-				&& $prev !~ /^\s*<!--\s*not run:.+-->\s*$/)
-			{
-				push @unmarked, $start;
-			}
-			$prev = '```';
-			next;
+			my ($needs) = $b->{rest} =~ /\bneeds=(\S+)/;
+			push @blocks, { line => $b->{line}, body => $b->{body}, needs => $needs };
 		}
-		$prev = $lines[$i] if $lines[$i] =~ /\S/;
+		elsif ($b->{info} =~ /^(sh|bash|shell|console)$/ && !$b->{not_run})
+		{
+			push @unmarked, $b->{line};
+		}
 	}
 	return (\@blocks, \@unmarked);
 }

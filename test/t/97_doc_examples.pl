@@ -32,11 +32,12 @@ use strict;
 use warnings;
 
 use Cwd qw(abs_path);
-use File::Basename qw(dirname basename);
+use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use LockfenceTest::DocPages;
 use LockfenceTest::EtcdCluster;
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
@@ -45,59 +46,26 @@ my $top = abs_path(dirname(__FILE__) . '/../..');
 # their sql-test blocks still run.
 my %unmarked_ok = map { $_ => 1 } qw();
 
-my @pages = ('README.md', map { 'docs/' . basename($_) } sort glob("$top/docs/*.md"));
+my @pages = LockfenceTest::DocPages::pages($top);
 
-# Read a page into its blocks: { line, sql, etcd, hidden }.  Also returns
-# the ```sql blocks that lack a "not run" reason.
+# A page's blocks that run: { line, sql, etcd, hidden }.  Also returns the
+# ```sql blocks that lack a "not run" reason.
 sub read_page
 {
 	my ($page) = @_;
-	open my $fh, '<', "$top/$page" or die "$page: $!";
-	my @lines = <$fh>;
-	close $fh;
-	chomp @lines;
 	my (@blocks, @unmarked);
-	my $prev = '';
-	for (my $i = 0; $i < @lines; $i++)
+	for my $b (LockfenceTest::DocPages::blocks($top, $page))
 	{
-		my $l = $lines[$i];
-		if ($l =~ /^(\s*)```(\S*)\s*(.*)$/)
+		if ($b->{info} eq 'sql-test')
 		{
-			my ($indent, $info, $rest) = ($1, $2, $3);
-			my $start = $i + 1;
-			my @body;
-			for ($i++; $i < @lines && $lines[$i] !~ /^\s*```\s*$/; $i++)
-			{
-				(my $b = $lines[$i]) =~ s/^\Q$indent\E//;
-				push @body, $b;
-			}
-			if ($info eq 'sql-test')
-			{
-				push @blocks, { line => $start, sql => [@body],
-					etcd => ($rest =~ /\betcd\b/ ? 1 : 0) };
-			}
-			elsif ($info eq 'sql' && $prev !~ /^\s*<!--\s*not run:.+-->\s*$/)
-			{
-				push @unmarked, $start;
-			}
-			$prev = '```';
-			next;
+			push @blocks, { line => $b->{line}, sql => $b->{body},
+				etcd => ($b->{rest} =~ /\betcd\b/ ? 1 : 0),
+				$b->{hidden} ? (hidden => 1) : () };
 		}
-		if ($l =~ /^\s*<!--\s*sql-test\b(.*)$/ && $l !~ /-->/)
+		elsif ($b->{info} eq 'sql' && !$b->{not_run})
 		{
-			my $etcd = $1 =~ /\betcd\b/ ? 1 : 0;
-			my $start = $i + 1;
-			my @body;
-			for ($i++; $i < @lines && $lines[$i] !~ /^\s*-->\s*$/; $i++)
-			{
-				push @body, $lines[$i];
-			}
-			push @blocks, { line => $start, sql => [@body], etcd => $etcd,
-				hidden => 1 };
-			$prev = '-->';
-			next;
+			push @unmarked, $b->{line};
 		}
-		$prev = $l if $l =~ /\S/;
 	}
 	return (\@blocks, \@unmarked);
 }
