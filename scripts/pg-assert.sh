@@ -8,8 +8,9 @@
 #   scripts/pg-assert.sh src     print its unpacked source tree
 #   scripts/pg-assert.sh valgrind [SUITES]
 #                                lockfence's pg_regress and isolation suites
-#                                (SUITES: "regress isolation", the default)
-#                                with every server process under Valgrind
+#                                and the TAP files $VALGRIND_TAP (SUITES:
+#                                "regress isolation tap", the default) with
+#                                every server process under Valgrind
 #                                memcheck; fails on any error whose stack
 #                                passes through lockfence
 #
@@ -224,15 +225,20 @@ pg_assert_path() {
 	echo "$dir/install/bin/pg_config"
 }
 
-# Run lockfence's pg_regress and isolation suites with the servers under
-# Valgrind.  The assert build is copied (it is relocatable) into a scratch
+# The TAP files run under Valgrind: the etcd client's error paths and the
+# calls made in error cleanup (65), the fast path, the resource lock and the
+# fence cache under pgbench (92).  Files that bound a time cannot run there.
+VALGRIND_TAP=${VALGRIND_TAP:-test/t/65_etcd_quiet_calls.pl test/t/92_no_multixact.pl}
+
+# Run lockfence's pg_regress and isolation suites and $VALGRIND_TAP with
+# the servers under Valgrind.  The assert build is copied (it is relocatable) into a scratch
 # folder whose bin/postgres is a wrapper running the real binary under
 # memcheck with PostgreSQL's suppressions (src/tools/valgrind.supp), one
 # log per process; initdb's bootstrap and single-user runs and version
 # checks are not traced (they run no lockfence code and would triple the
 # time).  The copy keeps the shared build untouched.
 pg_assert_valgrind() {
-	local suites=${1:-regress isolation} repo dir src work rc=0 start vgerr lf s
+	local suites=${1:-regress isolation tap} repo dir src work rc=0 start vgerr lf s
 	local origins=
 	# Where an uninitialised value came from: twice the time; for a
 	# diagnosis (VALGRIND_ORIGINS=1), not needed to find an error.
@@ -268,33 +274,47 @@ pg_assert_valgrind() {
 	EOF
 	chmod 755 "$work/pg/bin/postgres"
 	chown -R postgres: "$work"
-	# The suites side by side (one core each), each in its own copy of
-	# the tree, with its own private server.
+	# The suites side by side, each in its own copy of the tree, with its
+	# own private server.  The isolation specs take three times as long
+	# as pg_regress under Valgrind, so they run as two halves (alternate
+	# specs in name order): three jobs finish together on 2 cores.
+	local -a jobs=() args=()
+	local -A iso_specs=() pids=()
+	local specs half j
 	for s in $suites; do
 		case $s in
-		regress | isolation) ;;
+		regress | tap) jobs+=("$s") ;;
+		isolation)
+			specs=$(cd "$work/src/test/specs" && ls -- *.spec | sed 's/\.spec$//' | sort)
+			for half in 1 2; do
+				jobs+=("isolation-$half")
+				iso_specs[isolation-$half]=$(echo "$specs" |
+					awk -v h="$half" '(NR - h) % 2 == 0' | paste -sd' ')
+			done
+			;;
 		*) pg_assert_say "unknown suite $s"; return 1 ;;
 		esac
-		cp -a "$work/src" "$work/src-$s"
+	done
+	for j in "${jobs[@]}"; do
+		cp -a "$work/src" "$work/src-$j"
 	done
 	chown -R postgres: "$work"
-	local -A pids=()
-	for s in $suites; do
-		local vars
-		case $s in
-		regress) vars=(ISOLATION= TAP_TESTS=) ;;
-		isolation) vars=(REGRESS= TAP_TESTS=) ;;
+	for j in "${jobs[@]}"; do
+		case $j in
+		regress) args=(ISOLATION= TAP_TESTS=) ;;
+		tap) args=(REGRESS= ISOLATION= "PROVE_TESTS=$VALGRIND_TAP") ;;
+		*) args=(REGRESS= TAP_TESTS= "ISOLATION=${iso_specs[$j]}") ;;
 		esac
-		pg_assert_say "$s under valgrind (logs in $work/vg)"
+		pg_assert_say "$j under valgrind (logs in $work/vg)"
 		runuser -u postgres -- env PATH="$work/pg/bin:$PATH" \
-			make -C "$work/src-$s" PG_CONFIG="$work/pg/bin/pg_config" installcheck "${vars[@]}" \
-			>"$work/$s.log" 2>&1 &
-		pids[$s]=$!
+			make -C "$work/src-$j" PG_CONFIG="$work/pg/bin/pg_config" installcheck "${args[@]}" \
+			>"$work/$j.log" 2>&1 &
+		pids[$j]=$!
 	done
-	for s in $suites; do
-		wait "${pids[$s]}" ||
-			{ rc=1; pg_assert_say "$s failed under valgrind:"; tail -30 "$work/$s.log" >&2
-			  for f in "$work/src-$s/regression.diffs" "$work/src-$s/output_iso/regression.diffs"; do
+	for j in "${jobs[@]}"; do
+		wait "${pids[$j]}" ||
+			{ rc=1; pg_assert_say "$j failed under valgrind:"; tail -30 "$work/$j.log" >&2
+			  for f in "$work/src-$j/regression.diffs" "$work/src-$j/output_iso/regression.diffs"; do
 				[ -s "$f" ] && head -100 "$f" >&2; done; }
 	done
 	# Errors, and those of them whose stack passes through lockfence.

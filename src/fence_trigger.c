@@ -507,6 +507,11 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	entry = hash_search(trigger_configs, &trigger->tgoid, HASH_ENTER, &found);
 	if (!found)
 	{
+		/*
+		 * relid too: fence_trigger_invalidate reads it, and an entry whose
+		 * first validation fails stays in the table (Valgrind saw the read).
+		 */
+		entry->relid = InvalidOid;
 		entry->valid = false;
 		entry->cxt = NULL;
 		entry->config = NULL;
