@@ -140,9 +140,9 @@ ASSERT_PROVE_TESTS=$(echo $ASSERT_PROVE_TESTS)
 
 # The deployment suites that drive Debian 12's pgbouncer, Prometheus
 # (promtool), Patroni and repmgr test those tools against the extension,
-# not the major: they run on the host only.  So does the Citus suite (96):
+# not the major: they run on the host only.  So do the Citus suites (94, 96):
 # Citus is built for the host's 15 only.
-CHROOT_LEAVE_OUT="73 83 84 85 90 96"
+CHROOT_LEAVE_OUT="73 83 84 85 90 94 96"
 
 # ---------------------------------------------------------------------------
 # Outcomes.  Each lane appends "outcome name" lines to its own file
@@ -306,18 +306,19 @@ prepare_major() {
 	[ "$(grep -c '^failed ' "$results")" -eq "$before" ] || return 1
 	# Per-major preparation: what a major's suites need installed next to
 	# lockfence (built once, serially, before any lane starts).  Citus
-	# 13.2.2 for test/t/96_citus.pl on the host's release build only: it is
-	# built against Debian's server, not the assert build, and 14.0.1 for
-	# the chroot's majors is not built (docs/citus.md).  Without Citus'
-	# source the suite is counted as skipped, with the reason; 96 then
-	# skips itself (plan skip_all), which the TAP lane counts as skipped.
+	# 13.2.2 for the Citus suites (test/t/94_citus_history.pl and
+	# 96_citus.pl) on the host's release build only: it is built against
+	# Debian's server, not the assert build, and 14.0.1 for the chroot's
+	# majors is not built (docs/citus.md).  Without Citus' source the
+	# suite is counted as skipped, with the reason; 94 and 96 then skip
+	# themselves (plan skip_all), which the TAP lane counts as skipped.
 	if [ "$label" = "$host_major" ] && wanted tap; then
 		local why
 		if why=$("$repo/scripts/citus.sh" check 2>&1); then
 			suite "[$label] Citus 13.2.2 built and installed (scripts/citus.sh)" \
 				bash -c '"$1"/scripts/citus.sh build && "$1"/scripts/citus.sh install "$2"' _ "$repo" "$pgc"
 		else
-			skip "[$label] Citus (test/t/96_citus.pl)" "$why"
+			skip "[$label] Citus (test/t/94_citus_history.pl, 96_citus.pl)" "$why"
 		fi
 	fi
 	chown -R postgres: "$work"
