@@ -56,6 +56,7 @@
 #include "fence_fastpath.h"
 #include "lockfence.h"
 #include "lockfence_schema.h"
+#include "relcache_callbacks.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fences_table_problem);
 
@@ -369,7 +370,7 @@ fences_table_problem(Relation rel)
 
 	if (!shape_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(fence_shape_invalidate, (Datum) 0);
+		lockfence_relcache_register(fence_shape_invalidate);
 		shape_callback_registered = true;
 	}
 
