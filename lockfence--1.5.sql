@@ -1099,7 +1099,19 @@ DECLARE
     endpoints text;
     st record;
     citus_coordinator boolean;
+    citus_shards oid[] := '{}';
 BEGIN
+    -- On a Citus node, shards are tables too: Citus hides them from this
+    -- session's catalog queries unless told not to, and does not copy a
+    -- TRUNCATE trigger to them (it refuses a TRUNCATE of a shard; the
+    -- distributed table's own trigger refuses one through Citus).
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+        EXECUTE 'SELECT coalesce(pg_catalog.array_agg(DISTINCT tgrelid), ''{}'')'
+                ' FROM pg_catalog.pg_trigger'
+                ' WHERE tgfoid = $1 AND pg_catalog.relation_is_a_known_shard(tgrelid)'
+           INTO citus_shards USING fence_fn;
+    END IF;
     -- The metrics are there only when the library was preloaded (reading
     -- shared_preload_libraries itself needs pg_read_all_settings).
     BEGIN
@@ -1218,6 +1230,7 @@ BEGIN
                ELSE tg.tgparentid = 0
                     -- a row trigger check_trigger() refuses is reported above
                     AND (tg.tgtype::int & 2) <> 0 AND tg.tgqual IS NULL
+                    AND tg.tgrelid <> ALL (citus_shards)
                     AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
                                      WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
                                        AND (x.tgtype::int & 1) = 0
@@ -1417,7 +1430,7 @@ BEGIN
         IF citus_coordinator THEN
             FOR r IN EXECUTE $q$SELECT nodename, nodeport, success, result
                                   FROM pg_catalog.run_command_on_workers(
-                                    $c$SELECT pg_catalog.coalesce(pg_catalog.json_agg(c), '[]') FROM lockfence.check() AS c$c$)$q$
+                                    $c$SELECT coalesce(pg_catalog.json_agg(c), '[]') FROM lockfence.check() AS c$c$)$q$
             LOOP
                 IF NOT r.success THEN
                     RETURN QUERY SELECT 'error', 'citus_node_unchecked',
