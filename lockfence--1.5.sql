@@ -649,6 +649,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     args text;
+    citus_unsafe text;
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'argument "tbl" of lockfence.protect() must not be null'
@@ -667,6 +668,15 @@ BEGIN
                       quote_literal('token_column=' || token_column),
                       quote_literal('holder_column=' || holder_column));
 
+    -- Citus creates a trigger on a distributed table (and on its shards)
+    -- only with citus.enable_unsafe_triggers on; lockfence's own guard then
+    -- refuses every Citus table whose rows are not beside their fences
+    -- (docs/citus.md).  On for the two statements only.
+    citus_unsafe := NULL;
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        citus_unsafe := pg_catalog.current_setting('citus.enable_unsafe_triggers', true);
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    END IF;
     EXECUTE format('CREATE TRIGGER zz_lockfence_fence'
                    ' BEFORE INSERT OR UPDATE OR DELETE ON %s'
                    ' FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger(%s)',
@@ -675,6 +685,9 @@ BEGIN
                    ' BEFORE TRUNCATE ON %s'
                    ' FOR EACH STATEMENT EXECUTE FUNCTION lockfence.fence_trigger(%s)',
                    tbl, args);
+    IF citus_unsafe IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', citus_unsafe, true);
+    END IF;
 
     -- Existing partitions (new ones are covered by the event trigger), and
     -- a refusal for children by plain inheritance.
@@ -1085,7 +1098,20 @@ DECLARE
     fs record;
     endpoints text;
     st record;
+    citus_coordinator boolean;
+    citus_shards oid[] := '{}';
 BEGIN
+    -- On a Citus node, shards are tables too: Citus hides them from this
+    -- session's catalog queries unless told not to, and does not copy a
+    -- TRUNCATE trigger to them (it refuses a TRUNCATE of a shard; the
+    -- distributed table's own trigger refuses one through Citus).
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+        EXECUTE 'SELECT coalesce(pg_catalog.array_agg(DISTINCT tgrelid), ''{}'')'
+                ' FROM pg_catalog.pg_trigger'
+                ' WHERE tgfoid = $1 AND pg_catalog.relation_is_a_known_shard(tgrelid)'
+           INTO citus_shards USING fence_fn;
+    END IF;
     -- The metrics are there only when the library was preloaded (reading
     -- shared_preload_libraries itself needs pg_read_all_settings).
     BEGIN
@@ -1204,6 +1230,7 @@ BEGIN
                ELSE tg.tgparentid = 0
                     -- a row trigger check_trigger() refuses is reported above
                     AND (tg.tgtype::int & 2) <> 0 AND tg.tgqual IS NULL
+                    AND tg.tgrelid <> ALL (citus_shards)
                     AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
                                      WHERE x.tgrelid = tg.tgrelid AND x.tgfoid = fence_fn
                                        AND (x.tgtype::int & 1) = 0
@@ -1392,6 +1419,33 @@ BEGIN
                     pg_catalog.format('No etcd endpoint of "%s" answered a status request within 2 s: %s', endpoints, SQLERRM),
                     'Check lockfence.etcd_endpoints, the etcd servers and the network (and TLS or authentication settings).';
             END;
+        END IF;
+    END IF;
+
+    -- On a Citus coordinator, every worker's own findings (docs/citus.md):
+    -- each node has its own floor, metrics, triggers and fence shards.
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        EXECUTE 'SELECT pg_catalog.bool_or(groupid = 0) FROM pg_catalog.pg_dist_local_group'
+           INTO citus_coordinator;
+        IF citus_coordinator THEN
+            FOR r IN EXECUTE $q$SELECT nodename, nodeport, success, result
+                                  FROM pg_catalog.run_command_on_workers(
+                                    $c$SELECT coalesce(pg_catalog.json_agg(c), '[]') FROM lockfence.check() AS c$c$)$q$
+            LOOP
+                IF NOT r.success THEN
+                    RETURN QUERY SELECT 'error', 'citus_node_unchecked',
+                        pg_catalog.format('lockfence.check() failed on Citus node %s:%s: %s', r.nodename, r.nodeport, r.result),
+                        'Check that the node is up and that lockfence is installed there (CREATE EXTENSION lockfence on the coordinator creates it on every node).';
+                    CONTINUE;
+                END IF;
+                RETURN QUERY SELECT 'info', 'citus_node',
+                    pg_catalog.format('Citus node %s:%s checked: %s finding(s), listed next with the node named.', r.nodename, r.nodeport, pg_catalog.json_array_length(r.result::json)),
+                    NULL::text;
+                RETURN QUERY SELECT e->>'severity', e->>'finding',
+                    pg_catalog.format('Citus node %s:%s: %s', r.nodename, r.nodeport, e->>'detail'),
+                    e->>'hint'
+                  FROM pg_catalog.json_array_elements(r.result::json) AS e;
+            END LOOP;
         END IF;
     END IF;
 END
@@ -1787,3 +1841,54 @@ COMMENT ON FUNCTION lockfence.fences_table_problem() IS
 -- issue 17 item 10: the registry of protected tables (created above) is
 -- dumped with the data.
 SELECT pg_catalog.pg_extension_config_dump('lockfence.protected_tables', '');
+
+-- Citus (issue 22, docs/citus.md): make lockfence.fences a distributed
+-- table by resource, in the co-location group of the tables it protects,
+-- and delegate the functions that take one resource to the node that holds
+-- its shard (by their first argument, even inside a transaction block), so
+-- that a fence check and the write it guards commit on the same node, in
+-- the same transaction.  Run once on the coordinator; again after adding
+-- functions (it skips what is done).
+CREATE FUNCTION lockfence.citus_distribute(colocate_with text DEFAULT 'default')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fn text;
+    distributed boolean;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'lockfence.citus_distribute() needs the citus extension'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Run it on the coordinator of a Citus cluster (docs/citus.md).';
+    END IF;
+    -- Citus' catalog is named only in EXECUTE: without Citus it is not there.
+    EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
+            ' WHERE logicalrelid = ''lockfence.fences''::pg_catalog.regclass)'
+       INTO distributed;
+    IF NOT distributed THEN
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.create_distributed_table(%L, %L, colocate_with => %L)',
+            'lockfence.fences', 'resource', colocate_with);
+    END IF;
+    FOREACH fn IN ARRAY ARRAY['lockfence.fence(text, bigint, text)',
+                              'lockfence.try_fence(text, bigint, text)',
+                              'lockfence.current_token(text)',
+                              'lockfence.reset(text)',
+                              'lockfence.lease_acquire(text, interval, text, interval)',
+                              'lockfence.lease_try_acquire(text, interval, text)',
+                              'lockfence.lease_renew(text, bigint, interval)',
+                              'lockfence.lease_release(text, bigint)']
+    LOOP
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.create_distributed_function(%L, %L, colocate_with => %L, force_delegation => true)',
+            fn, '$1', 'lockfence.fences');
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.citus_distribute(text) IS
+    'On a Citus coordinator: distribute lockfence.fences by resource and delegate the fence and lease functions to the node holding each resource';
+
+REVOKE ALL ON FUNCTION lockfence.citus_distribute(text) FROM PUBLIC;

@@ -51,8 +51,17 @@
 
 #include "citus_guard.h"
 #include "lockfence_schema.h"
+#include "relcache_callbacks.h"
 
 #define CITUS_GUARD_HINT "See docs/citus.md for what lockfence supports on Citus."
+
+/* What lockfence.fences is on this node's Citus metadata. */
+typedef enum CitusFences
+{
+	CITUS_FENCES_LOCAL,			/* not a Citus table: fenced here, as ever */
+	CITUS_FENCES_DISTRIBUTED,	/* hash-distributed by resource, one placement */
+	CITUS_FENCES_UNSUPPORTED	/* any other Citus table: refused */
+} CitusFences;
 
 /* Citus' catalog, as this backend last saw it. */
 typedef struct CitusCatalog
@@ -63,8 +72,9 @@ typedef struct CitusCatalog
 	Oid			partition_index;	/* its unique index on logicalrelid */
 	Oid			shard_relid;	/* pg_catalog.pg_dist_shard */
 	Oid			shard_index;	/* its unique index on shardid */
-	bool		fences_valid;	/* fences_citus is current */
-	bool		fences_citus;	/* lockfence.fences is a Citus table */
+	bool		fences_valid;	/* the two below are current */
+	CitusFences fences;			/* what lockfence.fences is */
+	uint32		fences_colocation;	/* its co-location group, if distributed */
 } CitusCatalog;
 
 static CitusCatalog citus = {false};
@@ -76,7 +86,8 @@ static bool citus_callback_registered = false;
  * the rest on any relcache invalidation: Citus invalidates the table's
  * relcache entry when it changes pg_dist_partition or pg_dist_shard, which
  * may make a cached local table a shard.  Only the verdict that lets
- * writes through is cached; the others raise.
+ * writes through without a look at Citus' catalog is cached; Citus tables
+ * and shards are judged again at every statement.
  */
 static HTAB *citus_local_rels = NULL;
 
@@ -91,14 +102,14 @@ citus_guard_invalidate(Datum arg, Oid relid)
  * Is Citus installed in this database?  Marked valid before the lookups:
  * an invalidation they accept marks it invalid again for the next call.
  */
-static bool
-citus_guard_present(void)
+bool
+lockfence_citus_present(void)
 {
 	if (likely(citus.valid))
 		return citus.present;
 	if (!citus_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(citus_guard_invalidate, (Datum) 0);
+		lockfence_relcache_register(citus_guard_invalidate);
 		citus_callback_registered = true;
 	}
 	citus.valid = true;
@@ -127,8 +138,8 @@ citus_guard_present(void)
  * A Citus catalog lookup that cannot be made (a Citus whose catalog is not
  * the one this code knows) is refused rather than read as "not Citus".
  */
-static void
-citus_guard_catalog_missing(const char *what)
+void
+lockfence_citus_catalog_missing(const char *what)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -137,23 +148,50 @@ citus_guard_catalog_missing(const char *what)
 			 errhint(CITUS_GUARD_HINT)));
 }
 
-/* Is relid listed in pg_dist_partition (a Citus table)? */
-static bool
-citus_guard_is_citus_table(Oid relid)
+/*
+ * Read relid's row of pg_dist_partition into *part; false when there is
+ * none (not a Citus table).  The distribution column comes as Citus keeps
+ * it, a Var in node-string form: only its attribute number is needed.
+ */
+bool
+lockfence_citus_partition(Oid relid, CitusPartition *part)
 {
 	Relation	rel;
 	SysScanDesc scan;
 	ScanKeyData key;
+	HeapTuple	tuple;
 	bool		found;
 
 	if (!OidIsValid(citus.partition_index))
-		citus_guard_catalog_missing("pg_catalog.pg_dist_partition_logical_relid_index");
+		lockfence_citus_catalog_missing("pg_catalog.pg_dist_partition_logical_relid_index");
+	memset(part, 0, sizeof(CitusPartition));
 	rel = table_open(citus.partition_relid, AccessShareLock);
 	/* logicalrelid, its first column (Anum_pg_dist_partition_logicalrelid) */
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(relid));
 	scan = systable_beginscan(rel, citus.partition_index, true, NULL, 1, &key);
-	found = HeapTupleIsValid(systable_getnext(scan));
+	tuple = systable_getnext(scan);
+	found = HeapTupleIsValid(tuple);
+	if (found)
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull;
+		Datum		d;
+
+		/* partmethod 2, partkey 3, colocationid 4, repmodel 5 */
+		part->method = DatumGetChar(heap_getattr(tuple, 2, desc, &isnull));
+		d = heap_getattr(tuple, 3, desc, &isnull);
+		if (!isnull)
+		{
+			char	   *key_text = TextDatumGetCString(d);
+			char	   *att = strstr(key_text, ":varattno ");
+
+			if (att != NULL)
+				part->key_attnum = (AttrNumber) atoi(att + strlen(":varattno "));
+		}
+		part->colocation = DatumGetUInt32(heap_getattr(tuple, 4, desc, &isnull));
+		part->repmodel = DatumGetChar(heap_getattr(tuple, 5, desc, &isnull));
+	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return found;
@@ -185,7 +223,7 @@ citus_guard_shard_owner(Relation rel)
 	shardid = strtoi64(suffix + 1, NULL, 10);
 
 	if (!OidIsValid(citus.shard_relid) || !OidIsValid(citus.shard_index))
-		citus_guard_catalog_missing("pg_catalog.pg_dist_shard or its index pg_dist_shard_shardid_index");
+		lockfence_citus_catalog_missing("pg_catalog.pg_dist_shard or its index pg_dist_shard_shardid_index");
 	shardrel = table_open(citus.shard_relid, AccessShareLock);
 	/* shardid is pg_dist_shard's second column (Anum_pg_dist_shard_shardid) */
 	ScanKeyInit(&key, 2, BTEqualStrategyNumber, F_INT8EQ,
@@ -211,38 +249,127 @@ citus_guard_shard_owner(Relation rel)
 	return owner;
 }
 
+/*
+ * What lockfence.fences is on this node (cached until the next relcache
+ * invalidation).  Only a table hash-distributed by resource with one
+ * placement per shard (Citus' streaming replication model) can be read
+ * and written in its local shard: with statement replication a write to
+ * one placement past Citus would leave the others stale.
+ */
+static CitusFences
+citus_guard_fences_state(void)
+{
+	if (!citus.fences_valid)
+	{
+		Oid			relid = lockfence_relid("fences");
+		CitusPartition part;
+
+		citus.fences_valid = true;
+		citus.fences = CITUS_FENCES_LOCAL;
+		if (OidIsValid(relid) && lockfence_citus_partition(relid, &part))
+		{
+			citus.fences = CITUS_FENCES_UNSUPPORTED;
+			if (part.method == 'h' && part.key_attnum == 1 &&
+				part.repmodel == 's')
+			{
+				citus.fences = CITUS_FENCES_DISTRIBUTED;
+				citus.fences_colocation = part.colocation;
+			}
+		}
+	}
+	return citus.fences;
+}
+
+bool
+lockfence_citus_fences_distributed(void)
+{
+	return lockfence_citus_present() &&
+		citus_guard_fences_state() == CITUS_FENCES_DISTRIBUTED;
+}
+
+/* Refuse a write to Citus table owner (rel itself, or the table of shard rel). */
+static void
+citus_guard_refuse(Relation rel, Oid owner, const char *detail,
+				   const char *hint)
+{
+	char	   *ownername = get_rel_name(owner);
+
+	if (owner == RelationGetRelid(rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("lockfence cannot protect Citus table \"%s\"",
+						RelationGetRelationName(rel)),
+				 errdetail("%s", detail),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("lockfence cannot protect shard \"%s\" of Citus table \"%s\"",
+					RelationGetRelationName(rel), ownername ? ownername : "?"),
+			 errdetail("%s", detail),
+			 errhint("%s", hint)));
+}
+
+/*
+ * Let a lockfence trigger on Citus table owner (or on rel, its shard)
+ * check its rows only where each row's fence is in the fence shard of the
+ * same hash range, so on the same node, in the same transaction: the
+ * table hash-distributed by the trigger's resource column itself, in the
+ * co-location group of a distributed lockfence.fences.  Anything else is
+ * refused.
+ */
+static void
+citus_guard_citus_table(Relation rel, Oid owner, const CitusPartition *part,
+						const char *resource_column, const char *resource_prefix)
+{
+	if (part->method != 'h')
+		citus_guard_refuse(rel, owner,
+						   "It is a reference table or a Citus local table: its rows are not in hash-distributed shards beside the fences, so a fence check could not commit with them on one node.",
+						   CITUS_GUARD_HINT);
+	if (citus_guard_fences_state() != CITUS_FENCES_DISTRIBUTED)
+		citus_guard_refuse(rel, owner,
+						   "lockfence.fences is not distributed co-located with it: its rows are written in shards on the nodes that hold them, where lockfence.fences is not the one lockfence.fence() writes, so a stale token could be accepted.",
+						   "Run SELECT lockfence.citus_distribute() on the coordinator, and distribute the table by its resource column with colocate_with => 'lockfence.fences'. " CITUS_GUARD_HINT);
+	if (resource_column == NULL ||
+		(resource_prefix != NULL && resource_prefix[0] != '\0') ||
+		get_attnum(owner, resource_column) != part->key_attnum)
+		citus_guard_refuse(rel, owner,
+						   "On Citus a protected table's resource must be its distribution column, without resource_prefix: only then is each row's fence in the co-located shard of lockfence.fences.",
+						   "Distribute the table by the column named in resource_column. " CITUS_GUARD_HINT);
+	if (part->colocation != citus.fences_colocation)
+		citus_guard_refuse(rel, owner,
+						   "It is not co-located with lockfence.fences: a row's fence may be on another node than the row.",
+						   "Distribute it with colocate_with => 'lockfence.fences' (or update_distributed_table_colocation). " CITUS_GUARD_HINT);
+}
+
 void
-lockfence_citus_guard_relation(Relation rel)
+lockfence_citus_guard_relation(Relation rel, const char *resource_column,
+							   const char *resource_prefix)
 {
 	Oid			relid = RelationGetRelid(rel);
 	Oid			owner;
+	CitusPartition part;
 
-	if (likely(!citus_guard_present()))
+	if (likely(!lockfence_citus_present()))
 		return;
 	if (citus_local_rels != NULL &&
 		hash_search(citus_local_rels, &relid, HASH_FIND, NULL) != NULL)
 		return;
 
-	if (citus_guard_is_citus_table(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("lockfence cannot protect Citus table \"%s\"",
-						RelationGetRelationName(rel)),
-				 errdetail("Its rows are written in shards on the nodes that hold them, where lockfence.fences is not the one lockfence.fence() writes: a stale token could be accepted."),
-				 errhint(CITUS_GUARD_HINT)));
-
+	if (lockfence_citus_partition(relid, &part))
+	{
+		citus_guard_citus_table(rel, relid, &part, resource_column,
+								resource_prefix);
+		return;
+	}
 	owner = citus_guard_shard_owner(rel);
 	if (OidIsValid(owner))
 	{
-		char	   *ownername = get_rel_name(owner);
-
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("lockfence cannot protect shard \"%s\" of Citus table \"%s\"",
-						RelationGetRelationName(rel),
-						ownername ? ownername : "?"),
-				 errdetail("This node's lockfence.fences is not the one lockfence.fence() writes for the table's rows: a stale token could be accepted."),
-				 errhint(CITUS_GUARD_HINT)));
+		if (!lockfence_citus_partition(owner, &part))
+			citus_guard_refuse(rel, owner, "Its table is not in pg_dist_partition.",
+							   CITUS_GUARD_HINT);
+		citus_guard_citus_table(rel, owner, &part, resource_column,
+								resource_prefix);
+		return;
 	}
 
 	/* Not if an invalidation came in during the lookups: ask again. */
@@ -263,20 +390,12 @@ lockfence_citus_guard_relation(Relation rel)
 void
 lockfence_citus_guard_fences(void)
 {
-	if (likely(!citus_guard_present()))
+	if (likely(!lockfence_citus_present()))
 		return;
-	if (!citus.fences_valid)
-	{
-		Oid			relid = lockfence_relid("fences");
-
-		citus.fences_valid = true;
-		citus.fences_citus = OidIsValid(relid) &&
-			citus_guard_is_citus_table(relid);
-	}
-	if (citus.fences_citus)
+	if (citus_guard_fences_state() == CITUS_FENCES_UNSUPPORTED)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("lockfence.fences is a Citus table"),
-				 errdetail("lockfence reads and writes its fences on this node directly, where the rows Citus stores on other nodes cannot see them."),
-				 errhint("lockfence.fences must be a local table on every node. " CITUS_GUARD_HINT)));
+				 errmsg("lockfence.fences is a Citus table lockfence cannot use"),
+				 errdetail("lockfence reads and writes the fences of a resource in the local shard that holds it: that needs lockfence.fences hash-distributed by resource, with one placement per shard."),
+				 errhint("Distribute it with SELECT lockfence.citus_distribute(). " CITUS_GUARD_HINT)));
 }

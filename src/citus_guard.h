@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * citus_guard.h
- *	  Fail closed where lockfence cannot guarantee the fence on Citus
- *	  (citus_guard.c).
+ *	  lockfence on Citus: fail closed where lockfence cannot guarantee the
+ *	  fence (citus_guard.c), and find the local shard of a distributed
+ *	  lockfence.fences (citus_fences.c).
  *
  * IDENTIFICATION
  *	  src/citus_guard.h
@@ -14,21 +15,56 @@
 
 #include "utils/relcache.h"
 
-/*
- * Raise feature_not_supported when rel is a Citus table (distributed,
- * reference or Citus-managed local, listed in pg_dist_partition) or a shard
- * of one (listed in pg_dist_shard): its rows are not beside the fences that
- * lockfence.fence() writes.  Costs one test of a cached flag on a server
- * without Citus.
- */
-extern void lockfence_citus_guard_relation(Relation rel);
+/* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
+typedef struct CitusPartition
+{
+	char		method;			/* 'h' hash, 'n' none (reference, local) ... */
+	AttrNumber	key_attnum;		/* the distribution column, or 0 */
+	uint32		colocation;		/* co-location group */
+	char		repmodel;		/* 's' streaming (one placement), 'c', 't' */
+} CitusPartition;
+
+/* Is Citus installed in this database?  One test of a flag when not. */
+extern bool lockfence_citus_present(void);
+
+/* Read relid's row of pg_dist_partition; false when it is not a Citus table. */
+extern bool lockfence_citus_partition(Oid relid, CitusPartition *part);
+
+/* Raise feature_not_supported: Citus' catalog lacks what (its name). */
+extern void lockfence_citus_catalog_missing(const char *what) pg_attribute_noreturn();
 
 /*
- * Raise feature_not_supported when lockfence.fences itself is a Citus
- * table: lockfence reads and writes it on this node directly, where rows
- * distributed by Citus cannot see it.  Costs one test of a cached flag in
- * the steady state.
+ * Raise feature_not_supported unless a lockfence trigger with this
+ * resource column (NULL for a fixed resource) and prefix can check the
+ * rows of rel where they are written: rel is not a Citus table nor a shard
+ * of one, or it is (a shard of) a hash-distributed table whose
+ * distribution column is the resource column, co-located with a
+ * distributed lockfence.fences.  Costs one test of a cached flag on a
+ * server without Citus.
+ */
+extern void lockfence_citus_guard_relation(Relation rel,
+										   const char *resource_column,
+										   const char *resource_prefix);
+
+/*
+ * Raise feature_not_supported when lockfence.fences is a Citus table that
+ * lockfence cannot read in a local shard (not hash-distributed by
+ * resource with one placement per shard).  Costs one test of a cached
+ * flag in the steady state.
  */
 extern void lockfence_citus_guard_fences(void);
+
+/* Is lockfence.fences hash-distributed by resource (citus_distribute)? */
+extern bool lockfence_citus_fences_distributed(void);
+
+/*
+ * The local shard of a distributed lockfence.fences that holds resource,
+ * InvalidOid when lockfence.fences is not distributed; raises
+ * feature_not_supported when the shard is on another node.
+ */
+extern Oid	lockfence_citus_fence_shard(const char *resource);
+
+/* sql with lockfence.fences replaced by the qualified name of shard. */
+extern char *lockfence_citus_retarget(const char *sql, Oid shard);
 
 #endif							/* LOCKFENCE_CITUS_GUARD_H */

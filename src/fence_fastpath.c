@@ -68,6 +68,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "citus_guard.h"
 #include "fence_fastpath.h"
 #include "lockfence.h"
 #include "lockfence_schema.h"
@@ -153,11 +154,19 @@ static MemoryContext fastpath_last_cxt = NULL;
  * that a concurrent DROP or RENAME sent); otherwise the name is looked up,
  * as every call did before.  The caller asks fences_table_problem next,
  * which records the table the invalidations are counted for.
+ *
+ * On Citus, with lockfence.fences distributed, the table is the local
+ * shard that holds resource (citus_fences.c), looked up anew each time and
+ * never kept here: the next resource may be in another shard.
  */
 static Relation
-fence_fastpath_open(LOCKMODE lockmode)
+fence_fastpath_open(const char *resource, LOCKMODE lockmode)
 {
-	Oid			relid = fastpath_relid;
+	Oid			relid = lockfence_citus_fence_shard(resource);
+
+	if (OidIsValid(relid))
+		return table_open(relid, lockmode);
+	relid = fastpath_relid;
 
 	if (OidIsValid(relid))
 	{
@@ -185,7 +194,8 @@ fence_fastpath_open(LOCKMODE lockmode)
 static void
 fence_fastpath_keep_relid(Relation rel)
 {
-	if (fastpath_relid == RelationGetRelid(rel))
+	if (fastpath_relid == RelationGetRelid(rel) ||
+		lockfence_citus_fences_distributed())
 		return;
 	fastpath_relid = RelationGetRelid(rel);
 	fastpath_relid_invalidations = fences_table_invalidations();
@@ -223,7 +233,7 @@ fence_fastpath_find(const char *resource, LOCKMODE lockmode, bool latest,
 	if (debug_disable_fastpath)
 		return FENCE_ROW_UNREADABLE;
 
-	fr->rel = fence_fastpath_open(lockmode);
+	fr->rel = fence_fastpath_open(resource, lockmode);
 	if (fr->rel == NULL)
 		return FENCE_ROW_UNREADABLE;
 	fr->indexid = lf_primary_key_index(fr->rel);
@@ -416,7 +426,7 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 		return false;
 
 	/* The table lock SELECT ... FOR SHARE took up to 1.3. */
-	rel = fence_fastpath_open(RowShareLock);
+	rel = fence_fastpath_open(resource, RowShareLock);
 	if (rel == NULL)
 		return false;
 	/*

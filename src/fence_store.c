@@ -56,6 +56,7 @@
 #include "utils/timestamp.h"
 #include "utils/resowner.h"
 
+#include "citus_guard.h"
 #include "fence_lock.h"
 #include "fence_owner.h"
 #include "fence_fastpath.h"
@@ -150,8 +151,23 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	int			rc;
 
 	SPIPlanPtr *planp = &fence_plans[fence_store_has_leases() ? 1 : 0][stmt];
+	SPIPlanPtr	shard_plan = NULL;
+	Oid			shard = lockfence_citus_fence_shard(resource);
 
-	if (*planp == NULL)
+	/*
+	 * On Citus, a statement on the local shard holding resource, planned
+	 * for this call only: the next resource may be in another shard.
+	 */
+	if (OidIsValid(shard))
+	{
+		shard_plan = SPI_prepare(lockfence_citus_retarget(fence_statement_text(stmt), shard),
+								 3, (Oid *) argtypes);
+		if (shard_plan == NULL)
+			elog(ERROR, "SPI_prepare failed for lockfence statement %d: %s",
+				 (int) stmt, SPI_result_code_string(SPI_result));
+		planp = &shard_plan;
+	}
+	else if (*planp == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(fence_statement_text(stmt), 3,
 									   (Oid *) argtypes);
@@ -182,6 +198,8 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
+	if (shard_plan != NULL)
+		SPI_freeplan(shard_plan);
 	return SPI_processed;
 }
 

@@ -82,6 +82,7 @@
 #include "citus_guard.h"
 #include "lockfence.h"
 #include "metrics.h"
+#include "relcache_callbacks.h"
 
 PG_FUNCTION_INFO_V1(lockfence_fence_trigger);
 PG_FUNCTION_INFO_V1(lockfence_check_trigger);
@@ -363,7 +364,6 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	FenceTriggerConfig *config;
 	char	   *values[NUM_KEYS] = {NULL};
 
-	lockfence_citus_guard_relation(rel);	/* rows not beside the fences */
 	fence_trigger_check_definition(trigger, rel);
 	fence_trigger_parse_args(trigger, values, mcxt);
 
@@ -412,6 +412,9 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 		fence_trigger_output_function(rel, config->holder_attnum,
 									  &config->holder_out, mcxt);
 	}
+	/* On Citus: only where the rows are beside their fences. */
+	lockfence_citus_guard_relation(rel, config->resource_column,
+								   config->resource_prefix);
 	return config;
 }
 
@@ -500,7 +503,7 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 		ctl.hcxt = trigger_configs_cxt;
 		trigger_configs = hash_create("lockfence trigger configurations", 16,
 									  &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		CacheRegisterRelcacheCallback(fence_trigger_invalidate, (Datum) 0);
+		lockfence_relcache_register(fence_trigger_invalidate);
 		RegisterXactCallback(fence_trigger_xact_callback, NULL);
 	}
 
@@ -513,7 +516,8 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	}
 	if (entry->valid && entry->relid == RelationGetRelid(rel))
 	{
-		lockfence_citus_guard_relation(rel);
+		lockfence_citus_guard_relation(rel, entry->config->resource_column,
+									   entry->config->resource_prefix);
 		return entry->config;
 	}
 

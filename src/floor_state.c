@@ -29,6 +29,7 @@
 #include "fence_owner.h"
 #include "floor_state.h"
 #include "lockfence_schema.h"
+#include "relcache_callbacks.h"
 
 /* This backend's verdict, valid for guard_tli while guard_valid. */
 static bool guard_valid = false;
@@ -161,7 +162,7 @@ guard_refresh(TimeLineID tli)
 
 	if (!guard_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(guard_relcache_callback, (Datum) 0);
+		lockfence_relcache_register(guard_relcache_callback);
 		guard_callback_registered = true;
 	}
 	seen = guard_invalidations;

@@ -75,6 +75,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "citus_guard.h"
 #include "error_cleanup.h"
 #include "failover_guard.h"
 #include "fence_lock.h"
@@ -154,6 +155,37 @@ typedef enum LeaseAttempt
 } LeaseAttempt;
 
 /*
+ * The plan of stmt, saved on first use; on Citus, with lockfence.fences
+ * distributed, a plan on the local shard that holds name, for this call
+ * only (*temporary: the caller frees it), as the next name may be in
+ * another shard.
+ */
+static SPIPlanPtr
+lease_plan(LeaseStatement stmt, const char *name, bool *temporary)
+{
+	static const Oid argtypes[6] = {TEXTOID, INT8OID, TEXTOID, INTERVALOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			shard = lockfence_citus_fence_shard(name);
+	SPIPlanPtr	plan;
+
+	*temporary = OidIsValid(shard);
+	if (!*temporary && lease_plans[stmt] != NULL)
+		return lease_plans[stmt];
+	plan = SPI_prepare(*temporary ?
+					   lockfence_citus_retarget(lease_statement_sql[stmt], shard) :
+					   lease_statement_sql[stmt], 6, (Oid *) argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for lockfence lease statement %d: %s",
+			 (int) stmt, SPI_result_code_string(SPI_result));
+	if (*temporary)
+		return plan;
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	lease_plans[stmt] = plan;
+	return plan;
+}
+
+/*
  * Run one statement with the values of *w (NULL: none) for its parameters;
  * returns the number of rows, the first one in *row.  The holder and TTL
  * read are copied into the current memory context (SPI's, while connected:
@@ -163,24 +195,11 @@ static uint64
 lease_execute(LeaseStatement stmt, const char *name, const FenceRow *w,
 			  FenceRow *row)
 {
-	static const Oid argtypes[6] = {TEXTOID, INT8OID, TEXTOID, INTERVALOID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[6] = {0};
 	char		nulls[6] = {' ', 'n', 'n', 'n', 'n', 'n'};
 	int			rc;
-
-	if (lease_plans[stmt] == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(lease_statement_sql[stmt], 6,
-									   (Oid *) argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for lockfence lease statement %d: %s",
-				 (int) stmt, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		lease_plans[stmt] = plan;
-	}
+	bool		temporary;
+	SPIPlanPtr	plan = lease_plan(stmt, name, &temporary);
 
 	values[0] = CStringGetTextDatum(name);
 	if (w != NULL)
@@ -206,10 +225,12 @@ lease_execute(LeaseStatement stmt, const char *name, const FenceRow *w,
 		}
 	}
 
-	rc = SPI_execute_plan(lease_plans[stmt], values, nulls, false, 0);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence lease statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
+	if (temporary)
+		SPI_freeplan(plan);
 
 	if (SPI_processed > 0 && row != NULL)
 	{
