@@ -92,9 +92,11 @@ SCHEMA = [
     "SELECT create_distributed_table('hist.witness', 'op', colocate_with => 'none')",
 ]
 
-# Fenced: protect the distributed table (docs/citus.md).
+# Fenced: lockfence.fences distributed by resource, co-located with the
+# counters, fence() delegated to the node of its resource, the distributed
+# table protected (docs/citus.md).
 PROTECT = [
-    "SET citus.enable_unsafe_triggers = on",
+    "SELECT lockfence.citus_distribute('hist.cells')",
     "SELECT lockfence.protect('hist.cells', resource_column => 'resource',"
     " token_column => 'token', holder_column => 'holder')",
 ]
@@ -124,16 +126,18 @@ def query(n, sql, args=None, timeout=3):
 
 
 def make_schedule(seed, seconds):
-    """[(at, kind, target)]: every kind once in a shuffled order, then random."""
+    """[(at, kind, target)]: each crash kind once in a shuffled order, each
+    after a worker pause, then at random, pauses (what the fence is for)
+    as often as crashes."""
     rng = random.Random(seed)
-    first = sorted(FAULTS)
-    rng.shuffle(first)
+    crashes = sorted(k for k in FAULTS if k != "worker-pause")
+    rng.shuffle(crashes)
+    first = [k for c in crashes for k in ("worker-pause", c)]
     plan, t = [], 8.0
     while t < seconds - 10:
-        # after each kind once, pauses (what the fence is for) twice as often
-        kind = first.pop(0) if first else rng.choice(sorted(FAULTS) + ["worker-pause"] * 3)
+        kind = first.pop(0) if first else rng.choice(crashes + ["worker-pause"] * len(crashes))
         plan.append((round(t, 1), kind, rng.randrange(1 << 16)))
-        t += FAULTS[kind] + rng.uniform(3, 8)
+        t += FAULTS[kind] + rng.uniform(2, 5)
     return plan
 
 
@@ -173,8 +177,9 @@ class Leases:
 # ---------------------------------------------------------------------------
 
 class Worker(Workloads):
-    def __init__(self, name, number, fenced, out, seed, leases, ok_count):
+    def __init__(self, name, number, fenced, out, seed, leases, ok_count, between):
         self.name, self.number, self.fenced = name, number, fenced
+        self.between = between
         self.rng = random.Random(f"{seed}/{name}")
         self.hist = History(out, name)
         self.leases, self.ok_count = leases, ok_count
@@ -210,8 +215,11 @@ class Worker(Workloads):
                 if stop.is_set() or not self.operation(holds):
                     break
                 # outside any transaction: a pause here leaves the worker
-                # believing it still holds the lease
+                # believing it still holds the lease (the nemesis pauses
+                # workers that say they are here)
+                self.between[self.number - 1] = 1
                 time.sleep(self.rng.uniform(0, 0.03))
+                self.between[self.number - 1] = 0
             self.hist.record("invoke", "unlock", resource=[res])
             self.leases.release(i, who)
             self.hist.record("ok", "unlock", resource=[res])
@@ -222,11 +230,16 @@ class Worker(Workloads):
         fields = {"op": op, "resource": [h.resource for h in holds],
                   "token": [h.token for h in holds], "holder": [h.holder for h in holds]}
         self.hist.record("invoke", "counter", **fields)
+        committing = False
         try:
             with self.pg().transaction():
                 result = self.counter(op, holds)
+                committing = True
         except Exception as e:
-            kind = outcome_of(e) if isinstance(e, psycopg.Error) else "info"
+            # An error at COMMIT is no proof of a rollback: Citus commits a
+            # single-node transaction on the worker in its pre-commit, and
+            # a worker that crashed after committing looks the same.
+            kind = outcome_of(e) if isinstance(e, psycopg.Error) and not committing else "info"
             if kind == "info":
                 self.conn = None
             self.hist.record(kind, "counter", error=short(e), **fields)
@@ -244,8 +257,8 @@ class Worker(Workloads):
 
 
 def worker_main(args):
-    name, number, fenced, out, seed, leases, ok_count, stop = args
-    Worker(name, number, fenced, out, seed, leases, ok_count).run(stop)
+    name, number, fenced, out, seed, leases, ok_count, between, stop = args
+    Worker(name, number, fenced, out, seed, leases, ok_count, between).run(stop)
 
 
 # ---------------------------------------------------------------------------
@@ -355,8 +368,8 @@ def recover():
 
 
 class Nemesis:
-    def __init__(self, hist, workers, leases):
-        self.hist, self.workers, self.leases = hist, workers, leases
+    def __init__(self, hist, workers, between):
+        self.hist, self.workers, self.between = hist, workers, between
 
     def inject(self, kind, target):
         try:
@@ -383,12 +396,16 @@ class Nemesis:
         self.hist.record("invoke", kind, value=what)
 
     def worker_pause(self, target):
-        """Stop a worker that holds a lease now (any worker if none does)
-        past its lease: it resumes believing it still holds it."""
-        holding = [i for i in range(len(COUNTERS)) if self.leases.holder[i]]
-        numbers = sorted({self.leases.holder[i] // 1000000 for i in holding})
-        pick = [w for k, w in enumerate(self.workers, 1) if k in numbers] or self.workers
-        name, p = pick[target % len(pick)]
+        """Stop a worker between two writes under its lease (waiting up to
+        5 s for one to be there), past its lease: it resumes believing it
+        still holds the lease and writes with its old token."""
+        pick = []
+
+        def someone_between():
+            pick[:] = [w for k, w in enumerate(self.workers) if self.between[k]]
+            return pick
+        wait_until("a worker between two writes", someone_between, 5)
+        name, p = (pick or self.workers)[target % len(pick or self.workers)]
         self.start("worker-pause", f"SIGSTOP {name} for {TTL + 3:.0f} s")
         os.kill(p.pid, signal.SIGSTOP)
         time.sleep(TTL + 3)
@@ -511,7 +528,7 @@ HARD_END_FACTOR = 3
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--minutes", type=float, default=1.25)
+    ap.add_argument("--minutes", type=float, default=1.0)
     ap.add_argument("--min-ok", type=int, default=0)
     ap.add_argument("--no-fence", action="store_true")
     ap.add_argument("--out", required=True)
@@ -529,22 +546,23 @@ def main():
     ctx = multiprocessing.get_context("fork")
     leases = Leases(ctx)
     ok_count, stop = ctx.Value("i", 0), ctx.Event()
+    between = ctx.Array("i", WORKERS, lock=False)
     workers = []
     for i in range(1, WORKERS + 1):
         name = f"lease-{i}"
         p = ctx.Process(target=worker_main, name=name, daemon=True, args=(
-            (name, i, fenced, a.out, a.seed, leases, ok_count, stop),))
+            (name, i, fenced, a.out, a.seed, leases, ok_count, between, stop),))
         p.start()
         workers.append((name, p))
 
-    nemesis = Nemesis(hist, workers, leases)
+    nemesis = Nemesis(hist, workers, between)
     end, hard_end = a.minutes * 60, a.minutes * 60 * HARD_END_FACTOR
     injected = 0
 
     def done():
         t = time.monotonic() - harness.T0
         return t >= hard_end or (t >= end and ok_count.value >= a.min_ok
-                                 and injected >= min(len(FAULTS), len(plan)))
+                                 and injected >= min(2 * len(FAULTS) - 2, len(plan)))
 
     try:
         for at, kind, target in plan:

@@ -19,7 +19,7 @@
 #     MUST find violations (so this test can fail).
 #
 # CITUS_HISTORY_SEED=N replays a fault schedule; CITUS_HISTORY_MINUTES
-# (1.25) and CITUS_HISTORY_SELFCHECK_MINUTES (0.75) set the lengths; the
+# (1) and CITUS_HISTORY_SELFCHECK_MINUTES (0.75) set the lengths; the
 # fenced run goes on (up to three times its length) until 2,000 increments
 # were acknowledged and every fault kind was injected.  The histories are
 # kept in tmp_check/citus_history.  Skipped, with the reason, when Citus
@@ -120,7 +120,7 @@ sub run_step
 sub summary_line { my ($text) = @_; my ($l) = $text =~ /^(history .*violations: \d+)$/m; return $l // '(no summary)'; }
 
 # --- the fenced run -------------------------------------------------------
-my $minutes = $ENV{CITUS_HISTORY_MINUTES} // 1.25;
+my $minutes = $ENV{CITUS_HISTORY_MINUTES} // 1;
 my ($hok, $hout) = run_step('fenced run', $PY, "$HIST/citus_harness.py",
 	'--seed', $seed, '--minutes', $minutes, '--min-ok', $MIN_OK,
 	'--out', "$outdir/fenced");
