@@ -420,7 +420,8 @@ class Nemesis:
         if not start_node(w):
             return f"NOT REACHED: {w['name']} did not come back"
         recovered, ok = recover()
-        return f"{w['name']} restarted; {recovered} prepared transactions recovered"
+        return (f"{w['name']} restarted; no prepared transaction left "
+                f"({recovered} finished by recover_prepared_transactions())")
 
     def crash_coordinator(self, before_restart=None):
         """SIGKILL the coordinator; restart it with Citus' 2PC recovery off
