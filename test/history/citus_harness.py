@@ -456,7 +456,8 @@ class Nemesis:
         held = waiting(c)
         n, commit, recovered, ok = self.crash_coordinator()
         what = (f"{held} commits waiting, {n} transactions prepared on the workers at the "
-                f"crash, {commit} of them decided commit; recovery finished {recovered}")
+                f"crash, {commit} of them decided commit; all resolved by Citus' recovery "
+                f"({recovered} by recover_prepared_transactions(), the rest by its daemon)")
         if not (reached and commit > 0 and ok):
             return "NOT REACHED: " + what
         return what
@@ -479,7 +480,8 @@ class Nemesis:
         n, commit, recovered, ok = self.crash_coordinator(release_worker)
         what = (f"{held} PREPAREs waiting on {w['name']}, {n} transactions prepared on the "
                 f"workers at the crash, {n - commit} of them without a commit decision; "
-                f"recovery finished {recovered}")
+                f"all resolved by Citus' recovery "
+                f"({recovered} by recover_prepared_transactions(), the rest by its daemon)")
         if not (reached and n - commit > 0 and ok):
             return "NOT REACHED: " + what
         return what
