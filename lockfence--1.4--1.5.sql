@@ -73,6 +73,56 @@ BEGIN
 END
 $$;
 
+-- issue 22: unprotect() turns citus.enable_unsafe_triggers on to drop a
+-- distributed table's triggers.
+CREATE OR REPLACE FUNCTION lockfence.unprotect(tbl regclass)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    n integer := 0;
+BEGIN
+    -- Citus drops a distributed table's triggers (and its shards') only
+    -- with citus.enable_unsafe_triggers on, as protect() creates them;
+    -- on until the transaction ends.
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    END IF;
+    FOR t IN
+        WITH RECURSIVE tree(relid, level) AS (
+            SELECT tbl::oid, 0
+            UNION
+            SELECT i.inhrelid, up.level + 1
+              FROM pg_catalog.pg_inherits i JOIN tree up ON i.inhparent = up.relid
+        ), own AS (
+            SELECT tg.tgname FROM pg_catalog.pg_trigger tg
+             WHERE tg.tgrelid = tbl
+               AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+               AND tg.tgparentid = 0
+        )
+        SELECT tg.tgname, tg.tgrelid, tree.level
+          FROM tree
+          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = tree.relid
+         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgparentid = 0
+           AND (tree.relid = tbl OR tg.tgname IN (SELECT tgname FROM own))
+         ORDER BY tree.level DESC
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname,
+                                  t.tgrelid::pg_catalog.regclass);
+        n := n + 1;
+    END LOOP;
+    PERFORM lockfence.sync_protected_tables(forget => ARRAY(
+        SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname)
+          FROM pg_catalog.pg_class cl
+          JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) cl.relnamespace
+         WHERE cl.oid OPERATOR(pg_catalog.=) tbl));
+    RETURN n;
+END
+$$;
+
 -- issue 22: on a Citus coordinator, check() reports every worker's findings.
 CREATE OR REPLACE FUNCTION lockfence.check()
 RETURNS TABLE (severity text, finding text, detail text, hint text)

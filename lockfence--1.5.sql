@@ -920,6 +920,12 @@ DECLARE
     t record;
     n integer := 0;
 BEGIN
+    -- Citus drops a distributed table's triggers (and its shards') only
+    -- with citus.enable_unsafe_triggers on, as protect() creates them;
+    -- on until the transaction ends.
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    END IF;
     FOR t IN
         WITH RECURSIVE tree(relid, level) AS (
             SELECT tbl::oid, 0

@@ -7,18 +7,26 @@
  * Citus-managed local) table live in shards, ordinary tables named
  * TABLE_SHARDID on the worker nodes, and a write through the coordinator
  * runs on the worker that holds the row's shard.  A lockfence trigger
- * there checks that worker's own lockfence.fences, while lockfence.fence()
- * on the coordinator writes the coordinator's: the two never meet, and a
- * stale token is accepted (issue 22).  Until fences live with the rows
- * (docs/citus.md), lockfence refuses:
+ * there can check the fence only if the fence is on the same node, in the
+ * same transaction: with lockfence.fences distributed by resource
+ * (lockfence.citus_distribute()), in the fence shard co-located with the
+ * row's shard (citus_fences.c finds it).  Before 1.5 the trigger checked
+ * the worker's own lockfence.fences while lockfence.fence() on the
+ * coordinator wrote the coordinator's, and a stale token was accepted
+ * (issue 22).  So lockfence refuses:
  *
  *	- a lockfence trigger on a Citus table or on a shard of one, when it is
  *	  created (protect(), CREATE TRIGGER through the event trigger) and
  *	  whenever it fires (once per statement, as the trigger validates
- *	  itself), so a trigger Citus copied to the shards refuses every write;
- *	- every fence and lease function while lockfence.fences is itself a
- *	  Citus table: lockfence reads and writes it on this node directly,
- *	  past Citus, where the distributed rows cannot see it.
+ *	  itself), unless the table is hash-distributed by the trigger's
+ *	  resource column (no prefix) and co-located with a distributed
+ *	  lockfence.fences: a reference table, a Citus local table, another
+ *	  distribution column or co-location group would put a row's fence on
+ *	  another node, or nowhere;
+ *	- every fence and lease function while lockfence.fences is a Citus
+ *	  table of any other kind (not hash-distributed by resource, or with
+ *	  more than one placement per shard, which a write to the local shard
+ *	  past Citus would leave stale).
  *
  * Citus is detected without linking to it: its catalog tables
  * pg_catalog.pg_dist_partition and pg_dist_shard and their indexes are
@@ -26,7 +34,9 @@
  * invalidation (CREATE and DROP EXTENSION citus create and drop those
  * tables, which invalidates), so a server without Citus pays one test of a
  * flag per check; on a Citus node a local table found not to be a Citus
- * table or shard is remembered until the next invalidation.
+ * table or shard is remembered until the next invalidation, while a Citus
+ * table or shard is judged again at every statement (a few index lookups
+ * in Citus' small catalog tables).
  *
  * IDENTIFICATION
  *	  src/citus_guard.c

@@ -1,24 +1,30 @@
 # Copyright: lockfence contributors
 #
-# 96_citus.pl: lockfence on a Citus cluster (issue 22) fails closed.
+# 96_citus.pl: lockfence on a Citus cluster (issue 22): fences live with
+# the rows they protect.
 #
 # A coordinator and two workers on 127.0.0.1, each preloading citus and
-# lockfence, metadata synced.  Until fences live with the rows
-# (docs/citus.md), a Citus table's rows are written in shards on the
-# workers, whose lockfence.fences is not the one lockfence.fence() on the
-# coordinator writes: the issue's sequence (fence 5 and write 5, fence 7 as
-# a new holder, write 6 through the coordinator) was accepted.  Here it
-# must be refused, and so is everything lockfence cannot guarantee on
-# Citus:
-#   - protect() on a distributed, a reference and a Citus-managed local
-#     table, and on a shard (on a worker);
-#   - a fence trigger put on a distributed table by hand while the event
-#     triggers were disabled: every write to it, through the coordinator
-#     and straight into a shard on a worker;
-#   - fence(), try_fence(), their array forms and the lease functions,
-#     on the coordinator and on a worker, while lockfence.fences is itself
-#     distributed (lockfence reads and writes it past Citus).
-# Plain local tables on the coordinator and on a worker work as before.
+# lockfence, metadata synced.  Shown here (docs/citus.md):
+#   1. CREATE EXTENSION lockfence on the coordinator creates it on every
+#      node, and lockfence.check() on the coordinator reports every node.
+#   2. After lockfence.citus_distribute(), lockfence.fences is distributed
+#      by resource, the fence and lease functions are delegated to the
+#      node holding the resource's shard, and a protected table
+#      distributed by its resource column, co-located with the fences, is
+#      checked on that node in the same transaction: the issue's sequence
+#      (fence 5 and write 5, fence 7 as a new holder, write 6 through the
+#      coordinator) is refused with LF001, and so is every stale or
+#      tokenless write, through the coordinator, through a worker and
+#      straight into a shard.  What lockfence cannot check where the rows
+#      are is refused with 0A000: reference tables, Citus local tables,
+#      tables not distributed by the resource column or not co-located
+#      with the fences, a fence whose shard is on another node (a call
+#      Citus did not delegate, an array spanning nodes).
+#   3. citus_move_shard_placement and rebalance_table_shards move the
+#      fences with their rows: the stale token is refused on the new node,
+#      the current one accepted, and the old node refuses to fence.
+# Plain local tables on Citus nodes work as before (until the fences are
+# distributed).
 #
 # Skipped, with the reason, when Citus is not installed in the PostgreSQL
 # under test (scripts/citus.sh build && scripts/citus.sh install PG_CONFIG).
@@ -60,165 +66,44 @@ sub succeeds
 	return $out;
 }
 
-# CREATE EXTENSION on the coordinator is propagated to the workers.
+sub q1 { my ($node, $sql) = @_; return $node->safe_psql('postgres', $sql); }
+
+# The node (of @all) that holds shard id $shardid.
+sub node_of_shard
+{
+	my ($shardid) = @_;
+	my $port = q1($coord, "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shardid");
+	my ($n) = grep { $_->port == $port } @all;
+	return $n;
+}
+
+sub shard_of
+{
+	my ($table, $value) = @_;
+	return q1($coord, "SELECT get_shard_id_for_distribution_column('$table', '$value')");
+}
+
+# --- 1. CREATE EXTENSION on every node, check() reports every node ----------
+
 succeeds($coord, 'CREATE EXTENSION lockfence', 'CREATE EXTENSION lockfence on the coordinator');
 for my $w ($w1, $w2)
 {
-	is($w->safe_psql('postgres',
-			"SELECT count(*) FROM pg_extension WHERE extname = 'lockfence'"),
+	is(q1($w, "SELECT count(*) FROM pg_extension WHERE extname = 'lockfence'"),
 		'1', 'lockfence created on worker ' . $w->name);
 }
+my $nodes_checked = q1($coord, q{
+SELECT string_agg(substring(detail from 'Citus node [^ ]+'), ',' ORDER BY detail)
+  FROM lockfence.check() WHERE finding = 'citus_node'});
+is($nodes_checked, join(',', map { 'Citus node 127.0.0.1:' . $_->port } sort { $a->port <=> $b->port } ($w1, $w2)),
+	'lockfence.check() on the coordinator reports both workers');
+is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
+	'and finds no error on any node');
 
 my $table = 'CREATE TABLE %s (tenant text NOT NULL, id int, qty int, token bigint, holder text)';
 my $protect =
   "SELECT lockfence.protect('%s', resource_column => 'tenant', token_column => 'token', holder_column => 'holder')";
 
-# --- protect() on Citus tables -------------------------------------------
-
-succeeds($coord, sprintf($table, 'orders'), 'orders created');
-succeeds($coord, "SELECT create_distributed_table('orders', 'tenant')",
-	'orders distributed by tenant');
-refused($coord,
-	['SET citus.enable_unsafe_triggers = on', sprintf($protect, 'orders')],
-	'0A000', qr/lockfence cannot protect Citus table "orders".*HINT:.*docs\/citus\.md/s,
-	'protect() on a distributed table is refused (even with citus.enable_unsafe_triggers on)');
-
-succeeds($coord, sprintf($table, 'plans'), 'plans created');
-succeeds($coord, "SELECT create_reference_table('plans')", 'plans made a reference table');
-refused($coord, sprintf($protect, 'plans'),
-	'0A000', qr/lockfence cannot protect Citus table "plans"/,
-	'protect() on a reference table is refused');
-
-succeeds($coord, sprintf($table, 'notes'), 'notes created');
-succeeds($coord, "SELECT citus_add_local_table_to_metadata('notes')",
-	'notes added to the Citus metadata');
-refused($coord, sprintf($protect, 'notes'),
-	'0A000', qr/lockfence cannot protect Citus table "notes"/,
-	'protect() on a Citus-managed local table is refused');
-
-# A shard, seen on the worker that holds it.
-succeeds($coord, sprintf($table, 'items'), 'items created');
-succeeds($coord, "SELECT create_distributed_table('items', 'tenant')", 'items distributed');
-my ($wport, $shard) = split /\|/, $coord->safe_psql('postgres', q{
-SELECT p.nodeport, 'items_' || s.shardid
-  FROM pg_dist_shard s JOIN pg_dist_shard_placement p USING (shardid)
- WHERE s.logicalrelid = 'items'::regclass
- ORDER BY s.shardid LIMIT 1});
-my ($holder_node) = grep { $_->port == $wport } @all;
-ok(defined $holder_node, "shard $shard is on a node of the cluster");
-refused($holder_node, sprintf($protect, $shard),
-	'0A000', qr/lockfence cannot protect shard "\Q$shard\E" of Citus table "items"/,
-	'protect() on a shard, on the worker holding it, is refused');
-
-# A table protected while local, then distributed: Citus copies its
-# triggers to the shards (with citus.enable_unsafe_triggers on), where
-# lockfence's event trigger on each worker validates them.
-succeeds($coord, sprintf($table, 'pay'), 'pay created');
-succeeds($coord, sprintf($protect, 'pay'), 'pay protected while local');
-my ($pok, $pout, $perr, $pstate) = sql($coord,
-	['SET citus.enable_unsafe_triggers = on', "SELECT create_distributed_table('pay', 'tenant')"]);
-ok($pok, 'create_distributed_table of a protected table succeeds: Citus copies the triggers to the shards')
-  or diag("state $pstate, stderr:\n$perr");
-refused($coord, q{
-BEGIN;
-SELECT lockfence.fence('pay-1', 3, 'w');
-INSERT INTO pay VALUES ('pay-1', 1, 1, 3, 'w');
-COMMIT},
-	'0A000', qr/lockfence cannot protect shard "pay_\d+" of Citus table "pay"/,
-	'a protected table distributed afterwards: a fenced write to it is refused');
-
-# --- the issue's sequence, with a trigger made by hand --------------------
-#
-# A fence trigger that reached the shards anyway (created with lockfence's
-# event triggers disabled, or before this version): it fires on the
-# workers, whose fences are not the coordinator's.  Every write is refused.
-
-for my $n (@all)
-{
-	$n->safe_psql('postgres',
-		'ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE');
-}
-succeeds($coord, ['SET citus.enable_unsafe_triggers = on', q{
-CREATE TRIGGER zz_lockfence_fence BEFORE INSERT OR UPDATE OR DELETE ON orders
-  FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger(
-    'resource_column=tenant', 'token_column=token', 'holder_column=holder')}],
-	'a fence trigger created by hand on the distributed table (event triggers disabled)');
-my $shard_triggers = $coord->safe_psql('postgres', q{
-SELECT sum(result::int) FROM run_command_on_shards('orders',
-  $$SELECT count(*) FROM pg_trigger WHERE tgrelid = '%s'::regclass AND tgname LIKE 'zz_lockfence_fence%%'$$)});
-is($shard_triggers, '4', 'Citus copied the trigger to all 4 shards (named with the shard id appended)');
-for my $n (@all)
-{
-	$n->safe_psql('postgres',
-		'ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE');
-}
-
-refused($coord, q{
-SET citus.enable_unsafe_triggers = on;
-BEGIN;
-SELECT lockfence.fence('acme', 5, 'w');
-INSERT INTO orders VALUES ('acme', 1, 1, 5, 'w');
-COMMIT},
-	'0A000', qr/lockfence cannot protect shard "orders_\d+" of Citus table "orders".*HINT:.*docs\/citus\.md/s,
-	'a write under a valid fence is refused: the shard cannot see the coordinator\'s fence');
-succeeds($coord, q{SELECT lockfence.fence('acme', 7, 'new-holder')},
-	'fence 7 for a new holder on the coordinator');
-refused($coord, q{
-SET citus.enable_unsafe_triggers = on;
-INSERT INTO orders VALUES ('acme', 4, 1, 6, 'old-holder')},
-	'0A000', qr/lockfence cannot protect shard "orders_\d+" of Citus table "orders"/,
-	'the stale token 6 through the coordinator, after fence 7, is REFUSED');
-is($coord->safe_psql('postgres', 'SELECT count(*) FROM orders'), '0',
-	'no row of orders was written');
-
-# Straight into the shard on the worker that holds acme's rows.
-my ($acme_port, $acme_shard) = split /\|/, $coord->safe_psql('postgres', q{
-SELECT p.nodeport, 'orders_' || s.shardid
-  FROM pg_dist_shard s JOIN pg_dist_shard_placement p USING (shardid)
- WHERE s.shardid = get_shard_id_for_distribution_column('orders', 'acme')});
-my ($acme_node) = grep { $_->port == $acme_port } @all;
-succeeds($acme_node, q{SELECT lockfence.fence('acme', 9, 'on-worker')},
-	'fence 9 in the worker\'s own lockfence.fences');
-refused($acme_node, qq{
-BEGIN;
-SELECT lockfence.fence('acme', 9, 'on-worker');
-INSERT INTO $acme_shard VALUES ('acme', 5, 1, 9, 'on-worker');
-COMMIT},
-	'0A000', qr/lockfence cannot protect shard "\Q$acme_shard\E" of Citus table "orders"/,
-	'a write straight into the shard on the worker is refused too');
-# A row that got in with triggers off, to have something to update.
-succeeds($acme_node, ['SET session_replication_role = replica',
-	"INSERT INTO $acme_shard VALUES ('acme', 6, 1, 9, 'on-worker')"],
-	'a row put into the shard with triggers off');
-refused($acme_node, "UPDATE $acme_shard SET qty = 2", '0A000',
-	qr/lockfence cannot protect shard/, 'an UPDATE of the shard is refused');
-refused($coord, "SET citus.enable_unsafe_triggers = on; DELETE FROM orders WHERE tenant = 'acme'",
-	'0A000', qr/lockfence cannot protect shard/, 'a DELETE through the coordinator is refused');
-refused($coord, "SET citus.enable_unsafe_triggers = on; UPDATE orders SET token = 10 WHERE tenant = 'acme'",
-	'0A000', qr/lockfence cannot protect shard/, 'an UPDATE through the coordinator is refused');
-is($coord->safe_psql('postgres', "SELECT id || ':' || qty || ':' || token FROM orders"), '6:1:9',
-	'the row is as it was put');
-
-# A shard move of a table carrying lockfence triggers is refused: the
-# new placement's trigger is validated on the node it moves to.  The
-# placement stays, and so does the refusal of writes.
-my ($other) = grep { $_->port != $acme_port } ($w1, $w2);
-my $acme_shardid = ($acme_shard =~ /_(\d+)$/)[0];
-refused($coord, "SELECT citus_move_shard_placement($acme_shardid, '127.0.0.1', $acme_port, '127.0.0.1', "
-	  . $other->port . ", shard_transfer_mode => 'block_writes')",
-	'0A000', qr/lockfence cannot protect shard "\Q$acme_shard\E" of Citus table "orders"/,
-	"moving acme's shard to " . $other->name . ' is refused');
-is($coord->safe_psql('postgres',
-		"SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $acme_shardid"),
-	$acme_port, 'the placement stays where it was');
-refused($coord, "SET citus.enable_unsafe_triggers = on; INSERT INTO orders VALUES ('acme', 7, 1, 6, 'old-holder')",
-	'0A000', qr/lockfence cannot protect shard "\Q$acme_shard\E" of Citus table "orders"/,
-	'after the refused move, the stale token 6 through the coordinator is still refused');
-
-# lockfence.check() on the coordinator still runs.
-succeeds($coord, 'SELECT count(*) FROM lockfence.check()', 'lockfence.check() runs on the coordinator');
-
-# --- plain local tables on Citus nodes work as before ---------------------
+# --- plain local tables on Citus nodes, before the fences are distributed ---
 
 for my $n ($coord, $w1)
 {
@@ -238,49 +123,288 @@ COMMIT}, "a fenced write to the local table on $nm");
 		'LF002', qr/./, "a tokenless write on $nm is refused with LF002");
 	succeeds($n, q{INSERT INTO ledger VALUES ('ledger-1', 4, 1, 12, 'b')},
 		"a newer token on $nm is accepted");
-	is($n->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM ledger'),
+	is(q1($n, 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM ledger'),
 		'1,4', "the local table on $nm holds exactly the accepted rows");
-	my ($ok, $out) = sql($n, q{SELECT lockfence.lease_acquire('lease-1', '1 minute', 'h')});
-	ok($ok, "lease_acquire on $nm");
 }
 
-# --- lockfence.fences itself distributed ----------------------------------
+# --- refusals before the fences are distributed ---------------------------
 
-# Citus' deadlock detector once cancelled this (40P01) in a run of the old
-# library; a setup step, so it is retried on that SQLSTATE only.
+succeeds($coord, sprintf($table, 'orders'), 'orders created');
+succeeds($coord, "SELECT create_distributed_table('orders', 'tenant')",
+	'orders distributed by tenant');
+refused($coord, sprintf($protect, 'orders'),
+	'0A000', qr/lockfence cannot protect Citus table "orders".*lockfence\.fences is not distributed.*HINT:.*lockfence\.citus_distribute\(\)/s,
+	'protect() on a distributed table before lockfence.citus_distribute() is refused');
+
+# A fence trigger put on the shards by hand (event triggers disabled):
+# every write to it is refused while the fences are not distributed.
+for my $n (@all)
+{
+	q1($n, 'ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE');
+}
+succeeds($coord, ['SET citus.enable_unsafe_triggers = on', q{
+CREATE TRIGGER zz_lockfence_fence BEFORE INSERT OR UPDATE OR DELETE ON orders
+  FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger(
+    'resource_column=tenant', 'token_column=token', 'holder_column=holder')}],
+	'a fence trigger created by hand on the distributed table (event triggers disabled)');
+for my $n (@all)
+{
+	q1($n, 'ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE');
+}
+is(q1($coord, q{
+SELECT sum(result::int) FROM run_command_on_shards('orders',
+  $$SELECT count(*) FROM pg_trigger WHERE tgrelid = '%s'::regclass AND tgname LIKE 'zz_lockfence_fence%%'$$)}),
+	'4', 'Citus copied the trigger to all 4 shards');
+refused($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 1, 'w');
+INSERT INTO orders VALUES ('acme', 1, 1, 1, 'w');
+COMMIT},
+	'0A000', qr/lockfence cannot protect shard "orders_\d+" of Citus table "orders".*lockfence\.fences is not distributed/s,
+	'before citus_distribute(), a write through a hand-made trigger is refused on the shard');
+is(q1($coord, "SELECT lockfence.unprotect('orders')"), '1', 'unprotect() drops the hand-made trigger (and its copies on the shards)');
+
+# --- 2. lockfence.citus_distribute() ------------------------------------------
+
+# Citus' deadlock detector once cancelled create_distributed_table of the
+# fences (40P01); a setup step, so it is retried on that SQLSTATE only.
 my ($dok, $dout, $derr, $dstate);
 for my $attempt (1 .. 3)
 {
-	($dok, $dout, $derr, $dstate) = sql($coord,
-		"SELECT create_distributed_table('lockfence.fences', 'resource')");
+	($dok, $dout, $derr, $dstate) = sql($coord, 'SELECT lockfence.citus_distribute()');
 	last unless !$dok && $dstate eq '40P01';
-	note("create_distributed_table('lockfence.fences') attempt $attempt: $derr");
+	note("lockfence.citus_distribute() attempt $attempt: $derr");
 }
-ok($dok, 'lockfence.fences distributed by resource (as a user might, to spread the fences)')
-  or diag("stderr:\n$derr");
-if ($dok)
+ok($dok, 'lockfence.citus_distribute() on the coordinator') or diag("stderr:\n$derr");
+is(q1($coord, q{SELECT partmethod::text || ':' || (colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'orders'::regclass))
+  FROM pg_dist_partition WHERE logicalrelid = 'lockfence.fences'::regclass}),
+	'h:true', 'lockfence.fences is hash-distributed, co-located with orders (same type and shard count)');
+is(q1($coord, q{SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND force_delegation
+  AND objid IN ('lockfence.fence(text,bigint,text)'::regprocedure, 'lockfence.try_fence(text,bigint,text)'::regprocedure,
+                'lockfence.lease_acquire(text,interval,text,interval)'::regprocedure, 'lockfence.lease_release(text,bigint)'::regprocedure)}),
+	'4', 'fence(), try_fence() and the lease functions are delegated (force_delegation)');
+
+succeeds($coord, sprintf($protect, 'orders'), 'protect() on orders, distributed by its resource column');
+is(q1($coord, q{SELECT sum(result::int) FROM run_command_on_shards('orders',
+  $$SELECT count(*) FROM pg_trigger WHERE tgrelid = '%s'::regclass AND tgname LIKE 'zz_lockfence_fence%%' AND (tgtype::int & 1) = 1$$)}),
+	'4', 'the row trigger is on all 4 shards');
+is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
+	'lockfence.check() finds no error on any node after protect()');
+
+# Refused: tables whose rows are not beside their fences.
+succeeds($coord, sprintf($table, 'plans'), 'plans created');
+succeeds($coord, "SELECT create_reference_table('plans')", 'plans made a reference table');
+refused($coord, sprintf($protect, 'plans'),
+	'0A000', qr/lockfence cannot protect Citus table "plans".*reference table or a Citus local table/s,
+	'protect() on a reference table is refused');
+succeeds($coord, sprintf($table, 'notes'), 'notes created');
+succeeds($coord, "SELECT citus_add_local_table_to_metadata('notes')", 'notes added to the Citus metadata');
+refused($coord, sprintf($protect, 'notes'),
+	'0A000', qr/lockfence cannot protect Citus table "notes".*reference table or a Citus local table/s,
+	'protect() on a Citus-managed local table is refused');
+succeeds($coord, sprintf($table, 'byid'), 'byid created');
+succeeds($coord, "SELECT create_distributed_table('byid', 'holder', colocate_with => 'lockfence.fences')",
+	'byid distributed by another column than the resource');
+refused($coord, sprintf($protect, 'byid'),
+	'0A000', qr/lockfence cannot protect Citus table "byid".*resource must be its distribution column/s,
+	'protect() on a table not distributed by the resource column is refused');
+succeeds($coord, sprintf($table, 'pfx'), 'pfx created');
+succeeds($coord, "SELECT create_distributed_table('pfx', 'tenant', colocate_with => 'lockfence.fences')", 'pfx distributed by tenant');
+refused($coord, "SELECT lockfence.protect('pfx', resource_column => 'tenant', resource_prefix => 'p:', token_column => 'token')",
+	'0A000', qr/lockfence cannot protect Citus table "pfx".*without resource_prefix/s,
+	'protect() with resource_prefix on a distributed table is refused');
+refused($coord, "SELECT lockfence.protect('pfx', resource => 'one', token_column => 'token')",
+	'0A000', qr/lockfence cannot protect Citus table "pfx".*resource must be its distribution column/s,
+	'protect() with a fixed resource on a distributed table is refused');
+succeeds($coord, sprintf($table, 'apart'), 'apart created');
+succeeds($coord, "SELECT create_distributed_table('apart', 'tenant', shard_count => 8)",
+	'apart distributed by tenant in 8 shards (another co-location group)');
+refused($coord, sprintf($protect, 'apart'),
+	'0A000', qr/lockfence cannot protect Citus table "apart".*not co-located with lockfence\.fences/s,
+	'protect() on a table not co-located with the fences is refused');
+
+# --- the issue's sequence ------------------------------------------------
+
+my $acme_fshard = shard_of('lockfence.fences', 'acme');
+my $acme_oshard = shard_of('orders', 'acme');
+my $acme_node = node_of_shard($acme_oshard);
+my ($acme_other) = grep { $_ != $acme_node } ($w1, $w2);
+is(node_of_shard($acme_fshard)->name, $acme_node->name,
+	"acme's fence shard and its orders shard are on the same node (" . $acme_node->name . ')');
+
+succeeds($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 5, 'w');
+INSERT INTO orders VALUES ('acme', 1, 1, 5, 'w');
+COMMIT}, 'BEGIN; fence acme 5; INSERT token 5; COMMIT through the coordinator is accepted');
+is(q1($acme_node, "SELECT token || ':' || holder FROM lockfence.fences_$acme_fshard WHERE resource = 'acme'"),
+	'5:w', "the fence is in acme's fence shard on " . $acme_node->name);
+is(q1($coord, "SELECT token FROM lockfence.fences WHERE resource = 'acme'"), '5',
+	'and Citus finds it there by its hash (lockfence hashes as Citus does)');
+is(q1($coord, "SELECT count(*) FROM lockfence.fences WHERE resource = 'acme'"), '1', 'one fence row for acme');
+succeeds($coord, q{SELECT lockfence.fence('acme', 7, 'new-holder')},
+	'fence 7 for a new holder on the coordinator');
+my $stale_re = qr/stale fencing token for resource "acme".*Token 6 was presented, but token 7 has already been accepted/s;
+refused($coord, q{INSERT INTO orders VALUES ('acme', 4, 1, 6, 'old-holder')},
+	'LF001', $stale_re, 'the stale token 6 through the coordinator, after fence 7, is REFUSED');
+refused($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 6, 'old-holder');
+INSERT INTO orders VALUES ('acme', 4, 1, 6, 'old-holder');
+COMMIT}, 'LF001', $stale_re, 'fence(acme, 6) by the old holder is refused too');
+refused($coord, q{INSERT INTO orders (tenant, id) VALUES ('acme', 5)},
+	'LF002', qr/carries no fencing token/, 'a tokenless write through the coordinator is refused (LF002)');
+refused($coord, q{INSERT INTO orders VALUES ('acme', 6, 1, 7, 'new-holder')},
+	'LF002', qr/equals the current fence of resource "acme" and was not fenced in this transaction/,
+	'the current token without fence() in the transaction is refused (LF002), as on one server');
+
+# Through a worker with metadata (the row's shard on either node).
+for my $n ($w1, $w2)
 {
-	for my $n ($coord, $w1)
-	{
-		my $nm = $n->name;
-		my $re = qr/lockfence\.fences is a Citus table.*HINT:.*local table on every node.*docs\/citus\.md/s;
-		refused($n, q{SELECT lockfence.fence('r', 20)}, '0A000', $re,
-			"fence() on $nm while lockfence.fences is distributed");
-		refused($n, q{SELECT lockfence.try_fence('r', 20)}, '0A000', $re,
-			"try_fence() on $nm");
-		refused($n, q{SELECT lockfence.fence(ARRAY['r', 's'], 20)}, '0A000', $re,
-			"fence(text[]) on $nm");
-		refused($n, q{SELECT lockfence.try_fence(ARRAY['r', 's'], 20)}, '0A000', $re,
-			"try_fence(text[]) on $nm");
-		refused($n, q{SELECT lockfence.lease_acquire('lease-2', '1 minute', 'h')}, '0A000', $re,
-			"lease_acquire() on $nm");
-		refused($n, q{SELECT lockfence.lease_try_acquire('lease-2', '1 minute', 'h')}, '0A000', $re,
-			"lease_try_acquire() on $nm");
-		refused($n, q{SELECT lockfence.lease_renew('lease-1', 1, '1 minute')}, '0A000', $re,
-			"lease_renew() on $nm");
-		refused($n, q{SELECT lockfence.lease_release('lease-1', 1)}, '0A000', $re,
-			"lease_release() on $nm");
-	}
+	my $nm = $n->name;
+	refused($n, q{INSERT INTO orders VALUES ('acme', 4, 1, 6, 'old-holder')},
+		'LF001', $stale_re, "the stale token 6 through $nm is refused");
+	refused($n, q{INSERT INTO orders (tenant, id) VALUES ('acme', 5)},
+		'LF002', qr/carries no fencing token/, "a tokenless write through $nm is refused");
 }
+# Straight into the shard, on the node that holds it.
+refused($acme_node, "INSERT INTO orders_$acme_oshard VALUES ('acme', 4, 1, 6, 'old-holder')",
+	'LF001', $stale_re, 'the stale token 6 straight into the shard is refused');
+refused($acme_node, "INSERT INTO orders_$acme_oshard (tenant, id) VALUES ('acme', 5)",
+	'LF002', qr/carries no fencing token/, 'a tokenless write straight into the shard is refused');
+refused($acme_node, "UPDATE orders_$acme_oshard SET qty = 9, token = 6",
+	'LF001', $stale_re, 'a stale UPDATE straight into the shard is refused');
+refused($coord, q{DELETE FROM orders WHERE tenant = 'acme'},
+	'LF002', qr/carries no fencing token/, 'an unfenced DELETE through the coordinator is refused');
+is(q1($coord, "SELECT string_agg(id || ':' || token, ',' ORDER BY id) FROM orders"), '1:5',
+	'orders holds exactly the accepted row');
+
+# The current holder writes, through the coordinator and on the node.
+succeeds($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 7, 'new-holder');
+INSERT INTO orders VALUES ('acme', 2, 1, 7, 'new-holder');
+UPDATE orders SET qty = 2 WHERE tenant = 'acme' AND id = 1;
+COMMIT}, 'the current holder (token 7) writes through the coordinator');
+succeeds($acme_node, qq{
+BEGIN;
+SELECT lockfence.fence('acme', 7, 'new-holder');
+INSERT INTO orders_$acme_oshard VALUES ('acme', 3, 1, 7, 'new-holder');
+COMMIT}, 'and straight into the shard on ' . $acme_node->name);
+succeeds($acme_other, q{SELECT lockfence.fence('acme', 8, 'third')},
+	'fence() called on the other worker reaches acme\'s node (delegated)');
+is(q1($acme_node, "SELECT token FROM lockfence.fences_$acme_fshard WHERE resource = 'acme'"), '8',
+	'the fence advanced to 8 in the fence shard');
+refused($acme_other, q{DO $$BEGIN PERFORM lockfence.fence('acme', 9, 'x'); END$$},
+	'0A000', qr/the fence of resource "acme" is not on this node.*shard \Q$acme_fshard\E of lockfence\.fences/s,
+	'a fence() Citus does not delegate (PL/pgSQL PERFORM) on a node without the shard is refused');
+refused($coord, q{DO $$BEGIN PERFORM lockfence.fence('acme', 9, 'x'); END$$},
+	'0A000', qr/the fence of resource "acme" is not on this node/,
+	'and on the coordinator');
+
+# The array forms: all their resources must be on the node that runs them.
+my @names = map { "r$_" } 1 .. 40;
+my ($same, $elsewhere);
+for my $r (@names)
+{
+	my $nd = node_of_shard(shard_of('lockfence.fences', $r));
+	$same //= $r if $nd == $acme_node && $r ne 'acme';
+	$elsewhere //= $r if $nd != $acme_node;
+}
+refused($coord, "SELECT lockfence.fence(ARRAY['acme', '$elsewhere'], 20, 'arr')",
+	'0A000', qr/is not on this node/, 'fence(text[]) on the coordinator is refused');
+refused($acme_node, "SELECT lockfence.fence(ARRAY['acme', '$elsewhere'], 20, 'arr')",
+	'0A000', qr/the fence of resource "\Q$elsewhere\E" is not on this node/,
+	'fence(text[]) spanning two nodes is refused on either');
+refused($acme_node, "SELECT lockfence.try_fence(ARRAY['acme', '$elsewhere'], 20, 'arr')",
+	'0A000', qr/is not on this node/, 'try_fence(text[]) spanning two nodes is refused');
+succeeds($acme_node, "SELECT lockfence.fence(ARRAY['acme', '$same'], 20, 'arr')",
+	"fence(text[]) of resources whose shards are all on the node that runs it is accepted");
+is(q1($coord, "SELECT string_agg(resource || ':' || token, ',' ORDER BY resource) FROM lockfence.fences WHERE resource IN ('acme', '$same')"),
+	"acme:20,$same:20", 'both fences advanced, each in its own shard');
+
+# Leases through the coordinator, delegated.
+is(q1($coord, q{SELECT token FROM lockfence.lease_acquire('lease-1', '1 minute', 'h')}), '1',
+	'lease_acquire() through the coordinator');
+like(q1($coord, q{SELECT lockfence.lease_renew('lease-1', 1, '1 minute')}), qr/^\d{4}-/, 'lease_renew()');
+is(q1($coord, q{SELECT lockfence.lease_release('lease-1', 1)}), 't', 'lease_release()');
+is(q1($coord, q{SELECT token FROM lockfence.lease_try_acquire('lease-1', '1 minute', 'h2')}), '2',
+	'lease_try_acquire() gives the next token');
+is(q1($coord, q{SELECT lockfence.try_fence('lease-1', 1)}), 'f', 'try_fence() with an old token: false');
+is(q1($coord, q{SELECT lockfence.current_token('acme')}), '20', 'current_token() through the coordinator');
+
+# --- 3. shard moves and rebalancing keep the fences with the rows --------
+
+succeeds($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 21, 'mover');
+INSERT INTO orders VALUES ('acme', 10, 1, 21, 'mover');
+COMMIT}, 'acme fenced at 21 with a row, before the move');
+my $all_fences = q{SELECT string_agg(resource || ':' || token, ',' ORDER BY resource) FROM lockfence.fences};
+my $fences_before = q1($coord, $all_fences);
+succeeds($coord, "SELECT citus_move_shard_placement($acme_oshard, '127.0.0.1', " . $acme_node->port
+	  . ", '127.0.0.1', " . $acme_other->port . ", shard_transfer_mode => 'block_writes')",
+	"acme's shard group moved from " . $acme_node->name . ' to ' . $acme_other->name);
+is(node_of_shard($acme_fshard)->name, $acme_other->name, "acme's fence shard moved with its orders shard");
+is(node_of_shard($acme_oshard)->name, $acme_other->name, "acme's orders shard is on " . $acme_other->name);
+is(q1($coord, $all_fences),
+	$fences_before, 'every fence is as before the move');
+my $stale21 = qr/stale fencing token for resource "acme".*Token 20 was presented, but token 21 has already been accepted/s;
+refused($coord, q{INSERT INTO orders VALUES ('acme', 11, 1, 20, 'old')},
+	'LF001', $stale21, 'after the move, the stale token 20 through the coordinator is refused');
+refused($acme_other, "INSERT INTO orders_$acme_oshard VALUES ('acme', 11, 1, 20, 'old')",
+	'LF001', $stale21, 'and straight into the shard on its new node');
+succeeds($coord, q{
+BEGIN;
+SELECT lockfence.fence('acme', 21, 'mover');
+INSERT INTO orders VALUES ('acme', 12, 1, 21, 'mover');
+COMMIT}, 'after the move, the current token 21 is accepted');
+refused($acme_node, q{DO $$BEGIN PERFORM lockfence.fence('acme', 30, 'x'); END$$},
+	'0A000', qr/the fence of resource "acme" is not on this node/,
+	'the old node refuses to fence acme in its own transaction');
+
+# Fence one resource per shard, then rebalance (the move left 3 groups on
+# one worker and 1 on the other).
+my %per_shard;
+for my $r (@names)
+{
+	$per_shard{shard_of('lockfence.fences', $r)} //= $r;
+}
+my @res = sort values %per_shard;
+is(scalar @res, 4, 'one resource in each of the 4 shards: ' . join(',', @res));
+for my $r (@res)
+{
+	succeeds($coord, qq{
+BEGIN;
+SELECT lockfence.fence('$r', 40, 'h');
+INSERT INTO orders VALUES ('$r', 40, 1, 40, 'h');
+COMMIT}, "$r fenced at 40 with a row");
+}
+my $placements = sub { q1($coord, q{SELECT string_agg(shardid || '@' || nodeport, ',' ORDER BY shardid) FROM pg_dist_shard_placement}) };
+my $before = $placements->();
+succeeds($coord, "SELECT rebalance_table_shards('orders', shard_transfer_mode => 'block_writes')",
+	'rebalance_table_shards');
+isnt($placements->(), $before, 'the rebalance moved at least one shard group');
+is(q1($coord, q{
+SELECT count(*) FROM pg_dist_shard fs JOIN pg_dist_shard os
+    ON os.logicalrelid = 'orders'::regclass AND fs.shardminvalue = os.shardminvalue
+  JOIN pg_dist_placement fp ON fp.shardid = fs.shardid
+  JOIN pg_dist_placement op ON op.shardid = os.shardid
+ WHERE fs.logicalrelid = 'lockfence.fences'::regclass AND fp.groupid = op.groupid}),
+	'4', 'every fence shard is on the node of its orders shard');
+for my $r (@res)
+{
+	my $nd = node_of_shard(shard_of('orders', $r));
+	refused($coord, "INSERT INTO orders VALUES ('$r', 41, 1, 39, 'old')",
+		'LF001', qr/Token 39 was presented, but token 40 has already been accepted/,
+		"after the rebalance, the stale token for $r is refused");
+	succeeds($coord, qq{
+BEGIN;
+SELECT lockfence.fence('$r', 40, 'h');
+INSERT INTO orders VALUES ('$r', 42, 1, 40, 'h');
+COMMIT}, "and the current token for $r is accepted (on " . $nd->name . ')');
+}
+is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
+	'lockfence.check() finds no error on any node after the moves');
 
 done_testing();
