@@ -81,9 +81,10 @@ TARGETS=(
 	"L2_handon_p50_ms|lease hand-on, 8 sessions: p50 ms|<|1"
 	"L2_lost_wakeups|lease hand-on, 8 sessions: lost wake-ups, non-consecutive tokens|<=|0"
 	"C1_tps_ratio|C1 (Citus): TPS fence + single-shard UPDATE / UPDATE alone|>=|0.85"
+	"C1_compound_tps_ratio|C1 (Citus): the same, each transaction sent as one compound query|info|"
 	"C1_extra_worker_stmts|C1 (Citus): statements on the workers per transaction, fenced - unfenced|info|"
 	"C1_fenced_2pc_per_xact|C1 (Citus): two-phase commit statements per fenced transaction|<=|0"
-	"C1_extra_worker_sessions|C1 (Citus): worker sessions opened per transaction, fenced - unfenced|<=|0"
+	"C1_extra_worker_sessions|C1 (Citus): worker sessions opened per transaction, fenced - unfenced (counts this script's and Citus' own sessions too)|info|"
 )
 
 num_re='^-?[0-9]+(\.[0-9]+)?$'

@@ -20,7 +20,12 @@
 #	    BEGIN; UPDATE c1_plain ...same... ; COMMIT;
 #
 #	  on its unprotected twin.  Both route to the one shard of r-N.
-#	  Target: TPS fenced / TPS unfenced >= 0.85.
+#	  Target: TPS fenced / TPS unfenced >= 0.85.  The fenced transaction
+#	  sends the client's statements one by one, one more than the
+#	  unfenced one: a diagnostic pair (fenced1, plain1) sends each
+#	  transaction as one compound query (pgbench's \;), so that both
+#	  cost the client one round trip and what is left between them is the
+#	  servers' work (RESULT C1_compound_tps_ratio, not a target).
 #
 #	  Method as bench/core.sh: every variant in every round, the order
 #	  alternating from round to round (the machine is shared and noisy),
@@ -208,19 +213,32 @@ psql_on coord -c 'VACUUM ANALYZE' >/dev/null
 
 # The transactions.  pgbench -M simple substitutes :client_id into the
 # text, so Citus routes each statement by a constant (its fast path).
+fence_sql="SELECT lockfence.fence('r-:client_id', :tok, 'h-:client_id')"
+update_sql() {
+	echo "UPDATE c1_$1 SET val = val + 1, token = :tok, holder = 'h-:client_id' WHERE resource = 'r-:client_id' AND id = :id"
+}
 for v in plain fenced; do
 	{
 		echo "\\set id random(0, $((ROWS - 1)))"
 		echo "\\set tok 1000 + :client_id"
 		echo "BEGIN;"
-		[ $v = fenced ] && echo "SELECT lockfence.fence('r-:client_id', :tok, 'h-:client_id');"
-		echo "UPDATE c1_$v SET val = val + 1, token = :tok, holder = 'h-:client_id' WHERE resource = 'r-:client_id' AND id = :id;"
+		[ $v = fenced ] && echo "$fence_sql;"
+		echo "$(update_sql $v);"
 		echo "COMMIT;"
 	} >"$WORK/c1_$v.sql"
+	{
+		echo "\\set id random(0, $((ROWS - 1)))"
+		echo "\\set tok 1000 + :client_id"
+		if [ $v = fenced ]; then
+			echo "BEGIN \\; $fence_sql \\; $(update_sql $v) \\; COMMIT;"
+		else
+			echo "BEGIN \\; $(update_sql $v) \\; COMMIT;"
+		fi
+	} >"$WORK/c1_${v}1.sql"
 done
 chown postgres: "$WORK"/c1_*.sql
-VARIANTS=(plain)
-[ $FENCED = 1 ] && VARIANTS+=(fenced)
+VARIANTS=(plain plain1)
+[ $FENCED = 1 ] && VARIANTS=(plain fenced plain1 fenced1)
 
 settle() {
 	local n
@@ -356,6 +374,9 @@ if [ $FENCED = 1 ]; then
 	if awk -v m="$med" 'BEGIN { exit !(m >= 0.85) }'; then ok=met; else ok="NOT MET"; MET=0; fi
 	printf 'C1 TPS fenced / TPS unfenced (median of per-round ratios) %.3f  [%.3f-%.3f]  >= 0.85 %s\n' \
 		"$med" "$lo" "$hi" "$ok"
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
+	printf 'C1 the same, each transaction one compound query (diagnostic) %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
 	extra=$(awk -v a="$(cat "$WORK/c1_fenced_stmts")" -v b="$(cat "$WORK/c1_plain_stmts")" 'BEGIN { printf "%.3f", a - b }')
 	echo "C1 statements on the workers per transaction, fenced - unfenced: $extra;" \
 		"two-phase commits per transaction fenced: $(cat "$WORK/c1_fenced_2pc")," \
@@ -373,6 +394,7 @@ echo
 result C1_plain_tps "$(stats "$WORK/c1_plain.tps")"
 if [ $FENCED = 1 ]; then
 	result C1_fenced_tps "$(stats "$WORK/c1_fenced.tps")"
+	result C1_compound_tps_ratio "$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
 	d=$(awk -v a="$(cat "$WORK/c1_fenced_stmts")" -v b="$(cat "$WORK/c1_plain_stmts")" 'BEGIN { printf "%.3f", a - b }')
 	result C1_extra_worker_stmts "$d $d $d 1"
 	p=$(cat "$WORK/c1_fenced_2pc")
