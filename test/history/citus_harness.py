@@ -16,26 +16,39 @@ counter's shard is on one worker), hist.witness distributed by op, so
 that about half of the increments write on both workers and commit with
 Citus' two-phase commit.  The nemesis injects:
 
-  worker-pause          SIGSTOP a worker process past its lease: a stale
-                        holder writes (the fence must refuse it)
+  worker-pause          SIGSTOP a worker process between two writes under
+                        its lease, past the lease: a stale holder writes
+                        (the fence must refuse it)
   citus-worker-crash    SIGKILL a Citus worker node's postmaster (and its
                         children), restart it (crash recovery; prepared
                         transactions survive it)
   coordinator-crash-2pc-commit
                         the coordinator killed after its workers PREPAREd
                         and its own commit record (the 2PC decision) is on
-                        disk, before COMMIT PREPARED: the commit waits for
+                        disk, before COMMIT PREPARED: its commits wait for
                         a synchronous standby that does not exist
-                        (synchronous_standby_names, set for the fault),
-                        which is after the local commit record and before
-                        Citus' XACT_EVENT_COMMIT sends COMMIT PREPARED.
+                        (synchronous_standby_names, set for the fault in a
+                        file every node includes), which is after the
+                        local commit record and before Citus'
+                        XACT_EVENT_COMMIT sends COMMIT PREPARED.
                         Restarted, Citus' 2PC recovery commits them.
   coordinator-crash-2pc-rollback
-                        the coordinator killed after one worker PREPAREd
-                        and before the decision: the other worker node is
-                        frozen (SIGSTOP of all its processes), so PREPARE
-                        hangs there.  Restarted, recovery rolls back the
-                        prepared transactions on the first worker.
+                        the coordinator killed after the workers began to
+                        PREPARE and before its decision: PREPARE
+                        TRANSACTION on one worker waits the same way after
+                        its prepare record, so the coordinator waits in its
+                        pre-commit.  Restarted, recovery rolls back the
+                        prepared transactions.
+
+Citus' own failure tests (src/test/regress/sql/failure_*.sql in its
+source) cut a connection at PREPARE TRANSACTION or COMMIT PREPARED with a
+proxy between the nodes (citus.mitmproxy); here the whole coordinator
+dies, and waiting for a standby that never comes holds a backend at an
+exact point of the commit with PostgreSQL alone, where the nemesis sees
+it (pg_stat_activity's wait_event SyncRep) before it kills.  After the restart Citus' 2PC
+recovery is off until the prepared transactions on the workers were
+compared with the coordinator's decisions (pg_dist_transaction): the
+fault says how many it found of each kind.
 
 A fault whose window was not reached is recorded as info (not ok): the
 checker's --require-all-faults then fails the run.
