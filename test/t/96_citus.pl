@@ -98,6 +98,13 @@ is($nodes_checked, join(',', map { 'Citus node 127.0.0.1:' . $_->port } sort { $
 	'lockfence.check() on the coordinator reports both workers');
 is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
 	'and finds no error on any node');
+# A worker's own finding reaches the coordinator's check(), named.
+q1($w2, 'ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE');
+is(q1($coord, q{SELECT severity || ' ' || finding || ' ' || substring(detail from '^Citus node [^ ]+ ')
+  FROM lockfence.check() WHERE finding <> 'citus_node'}),
+	'warning event_trigger_disabled Citus node 127.0.0.1:' . $w2->port . ': ',
+	"a disabled event trigger on one worker is reported by check() on the coordinator, with that worker named");
+q1($w2, 'ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE');
 
 my $table = 'CREATE TABLE %s (tenant text NOT NULL, id int, qty int, token bigint, holder text)';
 my $protect =
@@ -276,6 +283,8 @@ refused($acme_node, "UPDATE orders_$acme_oshard SET qty = 9, token = 6",
 	'LF001', $stale_re, 'a stale UPDATE straight into the shard is refused');
 refused($coord, q{DELETE FROM orders WHERE tenant = 'acme'},
 	'LF002', qr/carries no fencing token/, 'an unfenced DELETE through the coordinator is refused');
+refused($coord, q{UPDATE orders SET qty = 9},
+	'LF002', qr/carries no fencing token/, 'an unfenced multi-shard UPDATE through the coordinator is refused');
 is(q1($coord, "SELECT string_agg(id || ':' || token, ',' ORDER BY id) FROM orders"), '1:5',
 	'orders holds exactly the accepted row');
 
@@ -382,8 +391,13 @@ COMMIT}, "$r fenced at 40 with a row");
 }
 my $placements = sub { q1($coord, q{SELECT string_agg(shardid || '@' || nodeport, ',' ORDER BY shardid) FROM pg_dist_shard_placement}) };
 my $before = $placements->();
-succeeds($coord, "SELECT rebalance_table_shards('orders', shard_transfer_mode => 'block_writes')",
-	'rebalance_table_shards');
+# A replica identity on every table of the group lets Citus move it by
+# logical replication (the default 'auto' mode), writes going on until
+# the switch; lockfence.fences has its primary key.
+succeeds($coord, 'ALTER TABLE orders ADD PRIMARY KEY (tenant, id)', 'orders gets a primary key');
+succeeds($coord, 'DROP TABLE byid, pfx', 'the refusals\' other tables of the group are dropped (no replica identity)');
+succeeds($coord, "SELECT rebalance_table_shards('orders')",
+	'rebalance_table_shards, by logical replication (shard_transfer_mode auto)');
 isnt($placements->(), $before, 'the rebalance moved at least one shard group');
 is(q1($coord, q{
 SELECT count(*) FROM pg_dist_shard fs JOIN pg_dist_shard os
@@ -406,5 +420,11 @@ COMMIT}, "and the current token for $r is accepted (on " . $nd->name . ')');
 }
 is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
 	'lockfence.check() finds no error on any node after the moves');
+
+# A worker that cannot be checked is an error on the coordinator.
+$w2->stop('fast');
+like(q1($coord, q{SELECT severity || ' ' || finding || ' ' || detail FROM lockfence.check() WHERE finding LIKE 'citus_node%' ORDER BY detail}),
+	qr/^info citus_node Citus node 127\.0\.0\.1:\Q${\ $w1->port}\E checked.*\nerror citus_node_unchecked lockfence\.check\(\) failed on Citus node 127\.0\.0\.1:\Q${\ $w2->port}\E/s,
+	'with a worker down, check() on the coordinator reports it unchecked (error) and still checks the other');
 
 done_testing();

@@ -65,7 +65,8 @@ sub unavailable
 
 Start a coordinator and that many workers, create citus on each, register
 the coordinator and add the workers (metadata synced, as citus_add_node
-does).  lockfence is not created: the caller does, to see how.  Returns
+does).  Each node has WAL senders and replication slots for Citus' shard
+moves by logical replication.  lockfence is not created: the caller does, to see how.  Returns
 (coordinator, workers...).
 
 =cut
@@ -84,6 +85,8 @@ shared_preload_libraries = 'citus,lockfence'
 max_prepared_transactions = 50
 max_connections = 100
 wal_level = logical
+max_wal_senders = 10
+max_replication_slots = 10
 log_min_messages = warning
 citus.shard_count = 4
 citus.shard_replication_factor = 1
