@@ -83,17 +83,25 @@ ok($ok, 'CREATE EXTENSION lockfence on the coordinator') or diag($err);
 # Every node includes a file the nemesis writes to hold commits or
 # PREPAREs after their WAL record (synchronous_standby_names naming a
 # standby that does not exist; synchronous replication needs
-# max_wal_senders > 0, a restart).  Citus' maintenance daemon retries
-# unfinished 2PC every 2 s instead of every minute, so that a transaction
-# left prepared by a crash does not hold its rows for long.
+# max_wal_senders > 0, which LockfenceTest::Citus sets; a restart here
+# otherwise).  Citus' maintenance daemon retries unfinished 2PC every 2 s
+# instead of every minute, so that a transaction left prepared by a crash
+# does not hold its rows for long.
 for my $n (@nodes)
 {
 	$n->append_conf('postgresql.conf', <<'EOF');
-max_wal_senders = 2
 citus.recover_2pc_interval = '2s'
 include_if_exists = 'lockfence_history_nemesis.conf'
 EOF
-	$n->restart;
+	if ($n->safe_psql('postgres', 'SHOW max_wal_senders') eq '0')
+	{
+		$n->append_conf('postgresql.conf', "max_wal_senders = 2\n");
+		$n->restart;
+	}
+	else
+	{
+		$n->reload;
+	}
 }
 
 my $seed = $ENV{CITUS_HISTORY_SEED} // int(rand(1 << 30));
