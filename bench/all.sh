@@ -2,7 +2,7 @@
 #
 # bench/all.sh
 #	  Every benchmark of lockfence in one command, and one table of the
-#	  targets of issue 21 (item 5): each measure, its target, this run's
+#	  targets of issues 21 (item 5) and 22 (item 5, C1): each measure, its target, this run's
 #	  median and spread (lowest and highest per-round value), PASS or FAIL,
 #	  with the commit and the date on top.  Runs, one after another:
 #
@@ -11,6 +11,10 @@
 #	    bench/multixact.sh   B4 (8 and 32 clients under one token)
 #	    bench/lease.sh       the lease cycle, hand-on with 8 sessions
 #	    bench/etcd_cycle.sh  the etcd lock cycle, 1, 8 and 32 holders
+#	    bench/citus.sh       C1 (issue 22): fence + a single-shard UPDATE
+#	                         on a Citus cluster vs the UPDATE alone, and
+#	                         what the workers run per transaction (needs
+#	                         Citus installed in PG_CONFIG's installation)
 #
 #	  Each prints "RESULT name=ID median=M min=LO max=HI n=N" lines; this
 #	  script reads them from the output.  A measure whose RESULT line is
@@ -25,6 +29,7 @@
 #	    PG_CONFIG=/opt/pg-NAME/usr/lib/postgresql/15/bin/pg_config bench/all.sh
 #	    QUICK=1 bench/all.sh         short rounds: a smoke test (~10 min)
 #	    ONLY="core multixact" bench/all.sh   a subset (the others FAIL)
+#	    ONLY=citus bench/all.sh      only the Citus benchmark
 #	    bench/all.sh --from FILE...  no benchmark: the table from saved
 #	                                 output (checks the parsing; with
 #	                                 /dev/null every row is a FAIL)
@@ -44,7 +49,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TREE=$(cd "$HERE/.." && pwd)
 QUICK=${QUICK:-0}
-ONLY=${ONLY:-core multixact lease etcd}
+ONLY=${ONLY:-core multixact lease etcd citus}
 
 die() { echo "all.sh: $*" >&2; exit 2; }
 
@@ -75,6 +80,11 @@ TARGETS=(
 	"L1_lease_vs_update|lease cycle: time / two durable single-row UPDATEs|<=|1.20"
 	"L2_handon_p50_ms|lease hand-on, 8 sessions: p50 ms|<|1"
 	"L2_lost_wakeups|lease hand-on, 8 sessions: lost wake-ups, non-consecutive tokens|<=|0"
+	"C1_tps_ratio|C1 (Citus): TPS fence + single-shard UPDATE / UPDATE alone|>=|0.85"
+	"C1_compound_tps_ratio|C1 (Citus): the same, each transaction sent as one compound query|info|"
+	"C1_extra_worker_stmts|C1 (Citus): statements on the workers per transaction, fenced - unfenced|info|"
+	"C1_fenced_2pc_per_xact|C1 (Citus): two-phase commit statements per fenced transaction|<=|0"
+	"C1_extra_worker_sessions|C1 (Citus): worker sessions opened per transaction, fenced - unfenced (counts this script's and Citus' own sessions too)|info|"
 )
 
 num_re='^-?[0-9]+(\.[0-9]+)?$'
@@ -145,7 +155,7 @@ if [ "${1:-}" = --from ]; then
 	table "$@"
 	exit $?
 fi
-[ $# = 0 ] || die "usage: [QUICK=1] [ONLY=\"core multixact lease etcd\"] bench/all.sh | bench/all.sh --from FILE..."
+[ $# = 0 ] || die "usage: [QUICK=1] [ONLY=\"core multixact lease etcd citus\"] bench/all.sh | bench/all.sh --from FILE..."
 
 [ "$(id -u)" = 0 ] || die "run me as root (the servers run as user postgres)"
 
@@ -156,7 +166,7 @@ fi
 DAY=$(date -u +%Y-%m-%d)
 mkdir -p "$HERE/results"
 BASE="$HERE/results/$DAY-${COMMIT/+/-}-all$([ "$QUICK" = 1 ] && echo -quick)"
-if [ "$ONLY" != "core multixact lease etcd" ]; then
+if [ "$ONLY" != "core multixact lease etcd citus" ]; then
 	BASE="$BASE-only-$(echo $ONLY | tr ' ' '-')"
 fi
 OUT=$BASE.txt
@@ -171,11 +181,13 @@ if [ "$QUICK" = 1 ]; then
 	MX_ENV=(ROUNDS=2 DURATION=3)
 	LEASE_ENV=(ROUNDS=2 DURATION=2 L2_SECONDS=3)
 	ETCD_DEFAULT="--holders 1,8,32 --seconds 2 --rounds 2"
+	CITUS_ENV=(ROUNDS=2 DURATION=3 STMT_XACTS=50)
 else
 	CORE_ENV=(ROUNDS=5 DURATION=5)
 	MX_ENV=(ROUNDS=5 DURATION=5)
 	LEASE_ENV=(ROUNDS=5 DURATION=5 L2_SECONDS=10)
 	ETCD_DEFAULT="--holders 1,8,32 --seconds 5 --rounds 3"
+	CITUS_ENV=(ROUNDS=7 DURATION=5)
 fi
 # The clients the targets need (lockfence from C, the two floors).
 ETCD_ARGS=${ETCD_ARGS:-$ETCD_DEFAULT --clients lockfence,session-floor,watch-c}
@@ -237,8 +249,12 @@ main() {
 				# shellcheck disable=SC2086
 				bash "$HERE/etcd_cycle.sh" $ETCD_ARGS 2>&1 | tee -a "$WORK/runs.log"
 				st=${PIPESTATUS[0]} ;;
+			citus)
+				echo "=== bench/citus.sh (${CITUS_ENV[*]})"
+				env "${CITUS_ENV[@]}" bash "$HERE/citus.sh" 2>&1 | tee -a "$WORK/runs.log"
+				st=${PIPESTATUS[0]} ;;
 			*)
-				echo "unknown benchmark $b (core, multixact, lease, etcd)"
+				echo "unknown benchmark $b (core, multixact, lease, etcd, citus)"
 				st=2 ;;
 		esac
 		if [ $st != 0 ]; then
@@ -247,7 +263,7 @@ main() {
 		fi
 	done
 	echo
-	echo "=== Targets (issue 21): commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), bench/all.sh$([ "$QUICK" = 1 ] && echo " QUICK=1")"
+	echo "=== Targets (issues 21, 22): commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), bench/all.sh$([ "$QUICK" = 1 ] && echo " QUICK=1")"
 	echo
 	echo "Medians of per-round values; spread = lowest and highest per-round value; n = rounds."
 	echo
