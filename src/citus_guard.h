@@ -13,6 +13,7 @@
 #ifndef LOCKFENCE_CITUS_GUARD_H
 #define LOCKFENCE_CITUS_GUARD_H
 
+#include "compat.h"
 #include "utils/relcache.h"
 
 /* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
@@ -31,7 +32,7 @@ extern bool lockfence_citus_present(void);
 extern bool lockfence_citus_partition(Oid relid, CitusPartition *part);
 
 /* Raise feature_not_supported: Citus' catalog lacks what (its name). */
-extern void lockfence_citus_catalog_missing(const char *what) pg_attribute_noreturn();
+pg_noreturn extern void lockfence_citus_catalog_missing(const char *what);
 
 /*
  * Raise feature_not_supported unless a lockfence trigger with this
