@@ -269,23 +269,8 @@ run_c1() {
 	echo "$tps"
 }
 
-median() {
-	sort -g | awk '{ a[NR] = $1 } END {
-		if (NR % 2) printf "%.4f\n", a[(NR + 1) / 2];
-		else printf "%.4f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-stats() {
-	echo "$(median <"$1") $(sort -g "$1" | head -1) $(sort -g "$1" | tail -1) $(wc -l <"$1")"
-}
-ratio_stats() {
-	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 / $2 }' >"$WORK/ratios"
-	stats "$WORK/ratios"
-}
-result() {
-	local med lo hi n
-	read -r med lo hi n <<<"$2"
-	echo "RESULT name=$1 median=$med min=$lo max=$hi n=$n"
-}
+# median, stats, ratio_stats and result
+. "$(dirname "$0")/report.sh"
 
 # ---------------------------------------------------------------------------
 # Measure: TPS, the variants alternating

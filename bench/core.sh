@@ -151,7 +151,7 @@ EOF
 	echo "$wall $cpu"
 }
 
-# median, ratio_stats and result: in setup.sh.
+# median, ratio_stats and result: in report.sh (sourced by setup.sh).
 
 # ---------------------------------------------------------------------------
 # Measure

@@ -253,34 +253,6 @@ bench_update() {
 }
 
 # ---------------------------------------------------------------------------
-# Helpers of the reports
+# Helpers of the reports: bench/report.sh
 # ---------------------------------------------------------------------------
-median() {
-	sort -g | awk '{ a[NR] = $1 } END {
-		if (NR % 2) printf "%.4f\n", a[(NR + 1) / 2];
-		else printf "%.4f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
-# The samples of a file (one a line): "median min max n".
-stats() {
-	echo "$(median <"$1") $(sort -g "$1" | head -1) $(sort -g "$1" | tail -1) $(wc -l <"$1")"
-}
-
-# Per-round ratios a/b of two sample files: "median min max n".
-ratio_stats() {
-	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 / $2 }' >"$WORK/ratios"
-	stats "$WORK/ratios"
-}
-
-# Per-round differences a-b of two sample files: "median min max n".
-diff_stats() {
-	paste "$1" "$2" | awk '{ printf "%.4f\n", $1 - $2 }' >"$WORK/diffs"
-	stats "$WORK/diffs"
-}
-
-# result NAME "median min max n": one machine-readable line for bench/all.sh.
-result() {
-	local med lo hi n
-	read -r med lo hi n <<<"$2"
-	echo "RESULT name=$1 median=$med min=$lo max=$hi n=$n"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/report.sh"
