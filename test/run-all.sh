@@ -582,6 +582,24 @@ make_shared_dir() {
 	chmod 1777 "$SHARED_DIR" "$SHARED_DIR/ports"
 }
 
+# The lines that say why each failed lane failed, last in the output (a
+# CI record may keep only the run's tail): prove's failed checks with what
+# they got, pg_regress's failed tests, crashes.  The whole logs are above.
+failure_digest() {
+	local i base
+	for i in "${!LANE_PIDS[@]}"; do
+		base=$(printf '%s/lane%02d' "$RUN_DIR" "$i")
+		grep -q '^failed ' "$base.results" 2>/dev/null || continue
+		echo
+		echo "---- why ${LANE_NAMES[$i]} failed (from its log above):"
+		grep -a -E -A4 \
+			-e '^#[[:space:]]+Failed test' -e '(Wstat|Dubious|No plan found|Bail out)' \
+			-e '\.\.\. FAILED' -e '^not ok' -e 'TRAP: ' -e 'terminated by signal' \
+			-e '^=== .*: FAILED' -e 'did not complete' -e 'timed out' "$base.log" |
+			head -60
+	done
+}
+
 # Counted from the outcome files, in order.
 closing_line() {
 	local passed failed skipped
@@ -874,6 +892,7 @@ if [ -n "$valgrind_ok" ]; then
 fi
 
 wait_lanes
+failure_digest
 echo
 echo "run-all.sh: $((SECONDS - t_start)) s in all"
 closing_line "$RUN_DIR/prep.results" "$RUN_DIR"/lane*.results
