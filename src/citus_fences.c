@@ -21,11 +21,19 @@
  * resource's hash (the text type's hash function, as Citus hashes a text
  * distribution column) against the hash ranges in pg_dist_shard; the
  * placement in pg_dist_placement must be the only one and belong to this
- * node's group (pg_dist_local_group).  The lookups are index scans of
- * Citus' small catalog tables, made per check (not cached) so that a
- * shard move, which changes pg_dist_placement on every node, is seen by
- * the next check: the old node then refuses, even while its dropped
- * shard's table still exists until Citus cleans it up.
+ * node's group (pg_dist_local_group).
+ *
+ * Those catalogs are read once into a map of the shards, kept until the
+ * next relcache invalidation: Citus invalidates the relcache entry of
+ * lockfence.fences whenever it changes a row of pg_dist_shard or
+ * pg_dist_placement for one of its shards (a shard move, a split, a
+ * rebalance), on every node whose metadata it changes, and the entry of
+ * pg_dist_local_group when the node's group changes.  Each lookup first
+ * takes in the invalidations that have arrived, so a move committed
+ * before the check is seen by it, as Citus' own router sees it; the old
+ * node then refuses, even while its dropped shard's table still exists
+ * until Citus cleans it up.  The statements of fence_store.c and lease.c
+ * on a shard are planned once per shard and kept with the map.
  *
  * IDENTIFICATION
  *	  src/citus_fences.c
@@ -43,14 +51,19 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_namespace.h"
 #include "lib/stringinfo.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 #include "citus_guard.h"
 #include "lockfence_schema.h"
+#include "relcache_callbacks.h"
 
 #define CITUS_FENCES_HINT \
 	"Call lockfence.fence() (and try_fence(), the lease functions) as a statement of its own with constant arguments, which Citus delegates to the node holding the resource's shard, or on that node; see docs/citus.md."
@@ -87,20 +100,74 @@ citus_fences_local_group(void)
 	return group;
 }
 
+/* One shard of lockfence.fences, as the map keeps it. */
+typedef struct CitusFenceShard
+{
+	int32		min;			/* its hash range */
+	int32		max;
+	int64		shardid;
+	int			placements;		/* lockfence writes a shard with one only */
+	int32		group;			/* the node group of its (last) placement */
+	Oid			relid;			/* its table, when it is on this node */
+} CitusFenceShard;
+
+/* The shards of a distributed lockfence.fences, as this backend last read them. */
+typedef struct CitusFenceMap
+{
+	bool		valid;			/* no relcache invalidation since it was read */
+	MemoryContext cxt;			/* shards and plans; reset on every read */
+	int32		local_group;	/* this node's group */
+	int			nshards;
+	CitusFenceShard *shards;
+	HTAB	   *plans;			/* CitusShardPlan by (shard, slot) */
+} CitusFenceMap;
+
+/* A kept plan of one of lockfence's statements on one shard. */
+typedef struct CitusShardPlanKey
+{
+	Oid			shard;
+	int			slot;
+} CitusShardPlanKey;
+
+typedef struct CitusShardPlan
+{
+	CitusShardPlanKey key;
+	SPIPlanPtr	plan;
+} CitusShardPlan;
+
+static CitusFenceMap fence_map = {false};
+static bool fence_map_callback_registered = false;
+static uint64 fence_map_invalidations = 0;
+
 /*
- * The shard of lockfence.fences (fences) whose hash range holds hash, or
- * 0.  pg_dist_shard keeps a range's bounds as text.
+ * Any relcache invalidation may be Citus' of lockfence.fences or of
+ * pg_dist_local_group: the map is read again at the next lookup.  Nothing
+ * is freed here (a plan of the map may be running).
  */
-static int64
-citus_fences_shard_for(Oid fences, int32 hash)
+static void
+citus_fences_invalidate(Datum arg, Oid relid)
+{
+	fence_map.valid = false;
+	fence_map_invalidations++;
+}
+
+/* The shards of lockfence.fences (fences) and their placements, into map. */
+static void
+citus_fences_read_shards(Oid fences, CitusFenceMap *map)
 {
 	Relation	rel = table_open(citus_fences_catalog("pg_dist_shard"),
 								 AccessShareLock);
+	Relation	placements = table_open(citus_fences_catalog("pg_dist_placement"),
+										AccessShareLock);
+	Oid			placement_index = citus_fences_catalog("pg_dist_placement_shardid_index");
 	TupleDesc	desc = RelationGetDescr(rel);
 	SysScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tuple;
-	int64		shardid = 0;
+	int			allocated = 16;
+
+	map->nshards = 0;
+	map->shards = MemoryContextAlloc(map->cxt, allocated * sizeof(CitusFenceShard));
 
 	/* logicalrelid is pg_dist_shard's first column */
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
@@ -108,56 +175,104 @@ citus_fences_shard_for(Oid fences, int32 hash)
 	scan = systable_beginscan(rel,
 							  citus_fences_catalog("pg_dist_shard_logical_relid_index"),
 							  true, NULL, 1, &key);
-	while (shardid == 0 && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
 	{
 		bool		minnull,
 					maxnull,
 					isnull;
 		Datum		min = heap_getattr(tuple, 5, desc, &minnull);
 		Datum		max = heap_getattr(tuple, 6, desc, &maxnull);
+		CitusFenceShard *shard;
+		SysScanDesc pscan;
+		ScanKeyData pkey;
+		HeapTuple	ptuple;
 
 		if (minnull || maxnull)
 			continue;
-		if (hash >= pg_strtoint32(TextDatumGetCString(min)) &&
-			hash <= pg_strtoint32(TextDatumGetCString(max)))
-			shardid = DatumGetInt64(heap_getattr(tuple, 2, desc, &isnull));
+		if (map->nshards == allocated)
+		{
+			allocated *= 2;
+			map->shards = repalloc(map->shards, allocated * sizeof(CitusFenceShard));
+		}
+		shard = &map->shards[map->nshards++];
+		memset(shard, 0, sizeof(CitusFenceShard));
+		shard->min = pg_strtoint32(TextDatumGetCString(min));
+		shard->max = pg_strtoint32(TextDatumGetCString(max));
+		shard->shardid = DatumGetInt64(heap_getattr(tuple, 2, desc, &isnull));
+		shard->group = -1;
+
+		/* shardid is pg_dist_placement's second column, groupid its fifth */
+		ScanKeyInit(&pkey, 2, BTEqualStrategyNumber, F_INT8EQ,
+					Int64GetDatum(shard->shardid));
+		pscan = systable_beginscan(placements, placement_index, true, NULL, 1, &pkey);
+		while (HeapTupleIsValid(ptuple = systable_getnext(pscan)))
+		{
+			shard->group = DatumGetInt32(heap_getattr(ptuple, 5,
+													  RelationGetDescr(placements),
+													  &isnull));
+			shard->placements++;
+		}
+		systable_endscan(pscan);
 	}
 	systable_endscan(scan);
+	table_close(placements, AccessShareLock);
 	table_close(rel, AccessShareLock);
-	return shardid;
 }
 
 /*
- * The group of shardid's placement, in *group; returns the number of its
- * placements (lockfence writes a fence shard only when it has one).
+ * Read the map again: the shards, this node's group, and the table of
+ * each shard placed here alone.  Valid at the end unless an invalidation
+ * arrived during the reads (then the next lookup reads again, while this
+ * one uses what was read after it), and not valid when a read fails.
+ * The plans of the old map are freed (none is running: lookups come
+ * before a statement).
  */
-static int
-citus_fences_placement(int64 shardid, int32 *group)
+static void
+citus_fences_read_map(Oid fences)
 {
-	Relation	rel = table_open(citus_fences_catalog("pg_dist_placement"),
-								 AccessShareLock);
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tuple;
-	int			count = 0;
+	CitusFenceMap *map = &fence_map;
+	uint64		invalidations;
 
-	/* shardid is pg_dist_placement's second column, groupid its fifth */
-	ScanKeyInit(&key, 2, BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(shardid));
-	scan = systable_beginscan(rel,
-							  citus_fences_catalog("pg_dist_placement_shardid_index"),
-							  true, NULL, 1, &key);
-	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	if (!fence_map_callback_registered)
 	{
-		bool		isnull;
-
-		*group = DatumGetInt32(heap_getattr(tuple, 5, RelationGetDescr(rel),
-											&isnull));
-		count++;
+		lockfence_relcache_register(citus_fences_invalidate);
+		fence_map_callback_registered = true;
 	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return count;
+	if (map->plans != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		CitusShardPlan *entry;
+
+		hash_seq_init(&status, map->plans);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			SPI_freeplan(entry->plan);
+		map->plans = NULL;
+	}
+	if (map->cxt == NULL)
+		map->cxt = AllocSetContextCreate(CacheMemoryContext,
+										 "lockfence Citus fence shards",
+										 ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(map->cxt);
+	map->nshards = 0;
+	map->shards = NULL;
+
+	map->valid = false;
+	invalidations = fence_map_invalidations;
+	map->local_group = citus_fences_local_group();
+	citus_fences_read_shards(fences, map);
+	for (int i = 0; i < map->nshards; i++)
+	{
+		CitusFenceShard *shard = &map->shards[i];
+
+		if (shard->placements == 1 && shard->group == map->local_group)
+		{
+			char	   *name = psprintf("fences_" INT64_FORMAT, shard->shardid);
+
+			shard->relid = get_relname_relid(name, get_rel_namespace(fences));
+			pfree(name);
+		}
+	}
+	map->valid = (invalidations == fence_map_invalidations);
 }
 
 /*
@@ -171,39 +286,46 @@ lockfence_citus_fence_shard(const char *resource)
 {
 	Oid			fences;
 	int32		hash;
-	int64		shardid;
-	int32		group = -1;
-	int32		local;
-	Oid			shard = InvalidOid;
+	const CitusFenceShard *found = NULL;
 
 	if (likely(!lockfence_citus_fences_distributed()))
 		return InvalidOid;
+
+	/* A shard move committed before this check is seen by it. */
+	AcceptInvalidationMessages();
 	fences = lockfence_relid("fences");
+	if (!fence_map.valid)
+		citus_fences_read_map(fences);
+
 	/* As Citus hashes a text distribution column (default collation). */
 	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
 												 PointerGetDatum(cstring_to_text(resource))));
-	shardid = citus_fences_shard_for(fences, hash);
-	local = citus_fences_local_group();
-	if (shardid != 0 && citus_fences_placement(shardid, &group) == 1 &&
-		group == local)
-		shard = get_relname_relid(psprintf("fences_" INT64_FORMAT, shardid),
-								  get_rel_namespace(fences));
-	if (!OidIsValid(shard))
+	for (int i = 0; i < fence_map.nshards; i++)
+	{
+		if (hash >= fence_map.shards[i].min && hash <= fence_map.shards[i].max)
+		{
+			found = &fence_map.shards[i];
+			break;
+		}
+	}
+	if (found == NULL || !OidIsValid(found->relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("the fence of resource \"%s\" is not on this node", resource),
 				 errdetail("lockfence.fences is distributed by Citus: the fence is in shard " INT64_FORMAT " of lockfence.fences, placed on node group %d; this is node group %d. lockfence checks a fence only in the transaction of the node that holds it.",
-						   shardid, group, local),
+						   found ? found->shardid : 0,
+						   found ? found->group : -1,
+						   fence_map.local_group),
 				 errhint(CITUS_FENCES_HINT)));
-	return shard;
+	return found->relid;
 }
 
 /*
  * sql with every "lockfence.fences" replaced by the qualified name of
- * shard, for the statements of fence_store.c and lease.c.
+ * shard: a statement of fence_store.c or lease.c made for the shard.
  */
-char *
-lockfence_citus_retarget(const char *sql, Oid shard)
+static char *
+citus_fences_retarget(const char *sql, Oid shard)
 {
 	static const char table[] = "lockfence.fences";
 	const char *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(shard)),
@@ -221,4 +343,50 @@ lockfence_citus_retarget(const char *sql, Oid shard)
 	}
 	appendStringInfoString(&buf, p);
 	return buf.data;
+}
+
+/*
+ * The plan of sql (a statement of lockfence's on lockfence.fences) on
+ * shard, as returned by lockfence_citus_fence_shard just before: planned
+ * on first use and kept with the map.  slot names the statement: each
+ * caller numbers its own texts (citus_guard.h).  Call inside SPI.
+ */
+SPIPlanPtr
+lockfence_citus_shard_plan(Oid shard, int slot, const char *sql,
+						   int nargs, const Oid *argtypes)
+{
+	CitusShardPlanKey key;
+	CitusShardPlan *entry;
+	bool		found;
+
+	if (fence_map.plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(CitusShardPlanKey);
+		ctl.entrysize = sizeof(CitusShardPlan);
+		ctl.hcxt = fence_map.cxt;
+		fence_map.plans = hash_create("lockfence Citus shard plans", 32, &ctl,
+									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	memset(&key, 0, sizeof(key));
+	key.shard = shard;
+	key.slot = slot;
+	entry = hash_search(fence_map.plans, &key, HASH_FIND, NULL);
+	if (entry != NULL)
+		return entry->plan;
+
+	{
+		SPIPlanPtr	plan = SPI_prepare(citus_fences_retarget(sql, shard),
+									   nargs, (Oid *) argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for lockfence statement on shard %u: %s",
+				 shard, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		entry = hash_search(fence_map.plans, &key, HASH_ENTER, &found);
+		entry->plan = plan;
+	}
+	return entry->plan;
 }

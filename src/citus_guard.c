@@ -33,10 +33,13 @@
  * looked up by name.  The answer is cached and dropped on any relcache
  * invalidation (CREATE and DROP EXTENSION citus create and drop those
  * tables, which invalidates), so a server without Citus pays one test of a
- * flag per check; on a Citus node a local table found not to be a Citus
- * table or shard is remembered until the next invalidation, while a Citus
- * table or shard is judged again at every statement (a few index lookups
- * in Citus' small catalog tables).
+ * flag per check.  On a Citus node the verdicts that let writes through
+ * are remembered until the next invalidation: a local table found not to
+ * be a Citus table or shard, and a Citus table or shard found to be
+ * protectable with a given resource column.  Citus invalidates a table's
+ * relcache entry whenever it changes the table's rows of
+ * pg_dist_partition or pg_dist_shard (undistributing it, changing its
+ * co-location), so a verdict never outlives what it was drawn from.
  *
  * IDENTIFICATION
  *	  src/citus_guard.c
@@ -101,6 +104,19 @@ static bool citus_callback_registered = false;
  */
 static HTAB *citus_local_rels = NULL;
 
+/*
+ * Citus tables and shards found protectable by a trigger whose resource
+ * is column (without a prefix): such a trigger's later statements pass
+ * with one hash lookup.  Emptied with citus_local_rels.
+ */
+typedef struct CitusJudgedRel
+{
+	Oid			relid;
+	NameData	column;
+} CitusJudgedRel;
+
+static HTAB *citus_judged_rels = NULL;
+
 static void
 citus_guard_invalidate(Datum arg, Oid relid)
 {
@@ -128,6 +144,11 @@ lockfence_citus_present(void)
 	{
 		hash_destroy(citus_local_rels);
 		citus_local_rels = NULL;
+	}
+	if (citus_judged_rels != NULL)
+	{
+		hash_destroy(citus_judged_rels);
+		citus_judged_rels = NULL;
 	}
 	citus.partition_relid = get_relname_relid("pg_dist_partition",
 											  PG_CATALOG_NAMESPACE);
@@ -358,27 +379,50 @@ lockfence_citus_guard_relation(Relation rel, const char *resource_column,
 	Oid			relid = RelationGetRelid(rel);
 	Oid			owner;
 	CitusPartition part;
+	bool		judgeable;
+	CitusJudgedRel *judged;
 
 	if (likely(!lockfence_citus_present()))
 		return;
 	if (citus_local_rels != NULL &&
 		hash_search(citus_local_rels, &relid, HASH_FIND, NULL) != NULL)
 		return;
-
-	if (lockfence_citus_partition(relid, &part))
-	{
-		citus_guard_citus_table(rel, relid, &part, resource_column,
-								resource_prefix);
+	/* only a verdict on a resource column alone is kept */
+	judgeable = resource_column != NULL &&
+		(resource_prefix == NULL || resource_prefix[0] == '\0') &&
+		strlen(resource_column) < NAMEDATALEN;
+	if (judgeable && citus_judged_rels != NULL &&
+		(judged = hash_search(citus_judged_rels, &relid, HASH_FIND, NULL)) != NULL &&
+		strcmp(NameStr(judged->column), resource_column) == 0)
 		return;
-	}
-	owner = citus_guard_shard_owner(rel);
-	if (OidIsValid(owner))
+
+	owner = relid;
+	if (!lockfence_citus_partition(relid, &part))
 	{
-		if (!lockfence_citus_partition(owner, &part))
+		owner = citus_guard_shard_owner(rel);
+		if (OidIsValid(owner) && !lockfence_citus_partition(owner, &part))
 			citus_guard_refuse(rel, owner, "Its table is not in pg_dist_partition.",
 							   CITUS_GUARD_HINT);
+	}
+	if (OidIsValid(owner))
+	{
+		/* raises unless the trigger can check rel's rows where they are */
 		citus_guard_citus_table(rel, owner, &part, resource_column,
 								resource_prefix);
+		/* Not if an invalidation came in during the lookups: ask again. */
+		if (!judgeable || !citus.valid)
+			return;
+		if (citus_judged_rels == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(Oid);
+			ctl.entrysize = sizeof(CitusJudgedRel);
+			citus_judged_rels = hash_create("lockfence Citus relations judged", 64,
+											&ctl, HASH_ELEM | HASH_BLOBS);
+		}
+		judged = hash_search(citus_judged_rels, &relid, HASH_ENTER, NULL);
+		namestrcpy(&judged->column, resource_column);
 		return;
 	}
 

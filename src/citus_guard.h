@@ -14,6 +14,7 @@
 #define LOCKFENCE_CITUS_GUARD_H
 
 #include "compat.h"
+#include "executor/spi.h"
 #include "utils/relcache.h"
 
 /* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
@@ -65,7 +66,16 @@ extern bool lockfence_citus_fences_distributed(void);
  */
 extern Oid	lockfence_citus_fence_shard(const char *resource);
 
-/* sql with lockfence.fences replaced by the qualified name of shard. */
-extern char *lockfence_citus_retarget(const char *sql, Oid shard);
+/*
+ * The kept plan of sql, one of lockfence's statements on lockfence.fences,
+ * made for shard (from lockfence_citus_fence_shard, just before): the
+ * table's name replaced by the shard's, planned on first use and kept
+ * until Citus' metadata changes.  slot numbers the statement text: the
+ * callers' ranges below.  Call inside SPI.
+ */
+#define LOCKFENCE_CITUS_SLOTS_FENCE	0	/* fence_store.c: 0-99 */
+#define LOCKFENCE_CITUS_SLOTS_LEASE	100 /* lease.c: 100-199 */
+extern SPIPlanPtr lockfence_citus_shard_plan(Oid shard, int slot, const char *sql,
+											 int nargs, const Oid *argtypes);
 
 #endif							/* LOCKFENCE_CITUS_GUARD_H */

@@ -150,21 +150,22 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	char		nulls[3] = {' ', ' ', ' '};
 	int			rc;
 
-	SPIPlanPtr *planp = &fence_plans[fence_store_has_leases() ? 1 : 0][stmt];
-	SPIPlanPtr	shard_plan = NULL;
+	int			variant = fence_store_has_leases() ? 1 : 0;
+	SPIPlanPtr *planp = &fence_plans[variant][stmt];
+	SPIPlanPtr	shard_plan;
 	Oid			shard = lockfence_citus_fence_shard(resource);
 
 	/*
-	 * On Citus, a statement on the local shard holding resource, planned
-	 * for this call only: the next resource may be in another shard.
+	 * On Citus, the statement on the local shard holding resource, planned
+	 * once per shard (citus_fences.c).
 	 */
 	if (OidIsValid(shard))
 	{
-		shard_plan = SPI_prepare(lockfence_citus_retarget(fence_statement_text(stmt), shard),
-								 3, (Oid *) argtypes);
-		if (shard_plan == NULL)
-			elog(ERROR, "SPI_prepare failed for lockfence statement %d: %s",
-				 (int) stmt, SPI_result_code_string(SPI_result));
+		shard_plan = lockfence_citus_shard_plan(shard,
+												LOCKFENCE_CITUS_SLOTS_FENCE +
+												variant * FENCE_NUM_STATEMENTS + stmt,
+												fence_statement_text(stmt),
+												3, argtypes);
 		planp = &shard_plan;
 	}
 	else if (*planp == NULL)
@@ -198,8 +199,6 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
-	if (shard_plan != NULL)
-		SPI_freeplan(shard_plan);
 	return SPI_processed;
 }
 

@@ -156,29 +156,26 @@ typedef enum LeaseAttempt
 
 /*
  * The plan of stmt, saved on first use; on Citus, with lockfence.fences
- * distributed, a plan on the local shard that holds name, for this call
- * only (*temporary: the caller frees it), as the next name may be in
- * another shard.
+ * distributed, the plan on the local shard that holds name, saved per
+ * shard (citus_fences.c).
  */
 static SPIPlanPtr
-lease_plan(LeaseStatement stmt, const char *name, bool *temporary)
+lease_plan(LeaseStatement stmt, const char *name)
 {
 	static const Oid argtypes[6] = {TEXTOID, INT8OID, TEXTOID, INTERVALOID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Oid			shard = lockfence_citus_fence_shard(name);
 	SPIPlanPtr	plan;
 
-	*temporary = OidIsValid(shard);
-	if (!*temporary && lease_plans[stmt] != NULL)
+	if (OidIsValid(shard))
+		return lockfence_citus_shard_plan(shard, LOCKFENCE_CITUS_SLOTS_LEASE + stmt,
+										  lease_statement_sql[stmt], 6, argtypes);
+	if (lease_plans[stmt] != NULL)
 		return lease_plans[stmt];
-	plan = SPI_prepare(*temporary ?
-					   lockfence_citus_retarget(lease_statement_sql[stmt], shard) :
-					   lease_statement_sql[stmt], 6, (Oid *) argtypes);
+	plan = SPI_prepare(lease_statement_sql[stmt], 6, (Oid *) argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for lockfence lease statement %d: %s",
 			 (int) stmt, SPI_result_code_string(SPI_result));
-	if (*temporary)
-		return plan;
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "SPI_keepplan failed");
 	lease_plans[stmt] = plan;
@@ -198,8 +195,7 @@ lease_execute(LeaseStatement stmt, const char *name, const FenceRow *w,
 	Datum		values[6] = {0};
 	char		nulls[6] = {' ', 'n', 'n', 'n', 'n', 'n'};
 	int			rc;
-	bool		temporary;
-	SPIPlanPtr	plan = lease_plan(stmt, name, &temporary);
+	SPIPlanPtr	plan = lease_plan(stmt, name);
 
 	values[0] = CStringGetTextDatum(name);
 	if (w != NULL)
@@ -229,8 +225,6 @@ lease_execute(LeaseStatement stmt, const char *name, const FenceRow *w,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for lockfence lease statement %d: %s",
 			 (int) stmt, SPI_result_code_string(rc));
-	if (temporary)
-		SPI_freeplan(plan);
 
 	if (SPI_processed > 0 && row != NULL)
 	{

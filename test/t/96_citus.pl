@@ -351,6 +351,32 @@ INSERT INTO orders VALUES ('acme', 10, 1, 21, 'mover');
 COMMIT}, 'acme fenced at 21 with a row, before the move');
 my $all_fences = q{SELECT string_agg(resource || ':' || token, ',' ORDER BY resource) FROM lockfence.fences};
 my $fences_before = q1($coord, $all_fences);
+
+# A backend keeps the map of the fence shards it read (src/citus_fences.c)
+# until an invalidation: one session on each worker checks acme before the
+# move and again after it, in the same backend.  PL/pgSQL's PERFORM is not
+# delegated by Citus, so each check runs on the session's own node.
+my %moved_session;
+for my $n ($acme_node, $acme_other)
+{
+	my $s = $n->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	$moved_session{ $n->name } = $s;
+}
+my $session_fence = sub {
+	my ($n, $token) = @_;
+	my $s = $moved_session{ $n->name };
+	$s->{stderr} = '';
+	$s->query("DO \$\$BEGIN PERFORM lockfence.fence('acme', $token, 'mover'); END\$\$");
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	return $state // 'accepted';
+};
+is($session_fence->($acme_node, 21), 'accepted',
+	'before the move, a session on ' . $acme_node->name . ' fences acme at 21 on its node');
+is($session_fence->($acme_other, 21), '0A000',
+	'and a session on ' . $acme_other->name . ' is refused: the fence is not on its node');
 succeeds($coord, "SELECT citus_move_shard_placement($acme_oshard, '127.0.0.1', " . $acme_node->port
 	  . ", '127.0.0.1', " . $acme_other->port . ", shard_transfer_mode => 'block_writes')",
 	"acme's shard group moved from " . $acme_node->name . ' to ' . $acme_other->name);
@@ -371,6 +397,12 @@ COMMIT}, 'after the move, the current token 21 is accepted');
 refused($acme_node, q{DO $$BEGIN PERFORM lockfence.fence('acme', 30, 'x'); END$$},
 	'0A000', qr/the fence of resource "acme" is not on this node/,
 	'the old node refuses to fence acme in its own transaction');
+is($session_fence->($acme_node, 21), '0A000',
+	'the session on the old node that fenced acme before the move now refuses it (its map was invalidated)');
+is($session_fence->($acme_other, 20), 'LF001',
+	'the session on the new node that was refused before the move now checks acme there: 20 is stale');
+is($session_fence->($acme_other, 21), 'accepted', 'and 21 is accepted there');
+$_->quit for values %moved_session;
 
 # Fence one resource per shard, then rebalance (the move left 3 groups on
 # one worker and 1 on the other).
