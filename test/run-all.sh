@@ -91,6 +91,12 @@ SUITES=${SUITES:-regress isolation tap demo history fuzz valgrind}
 # stays within CI's 90 minutes; SUITES naming valgrind runs it anyway.
 VALGRIND_MAX_PREP=${VALGRIND_MAX_PREP:-600}
 wanted() { [[ " $SUITES " == *" $1 "* ]]; }
+
+# A file named in PROVE_TESTS that does not exist is a mistake, not a
+# smaller run: stop before anything starts.
+for f in ${PROVE_TESTS:-}; do
+	[ -f "$repo/$f" ] || { echo "run-all.sh: PROVE_TESTS names $f, which does not exist" >&2; exit 2; }
+done
 TAP_JOBS=${TAP_JOBS:-2}
 TIMING_SLOTS=${TIMING_SLOTS:-2}
 # Niceness of the work that bounds no time (pg_regress, isolation, the
