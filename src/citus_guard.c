@@ -372,6 +372,27 @@ citus_guard_citus_table(Relation rel, Oid owner, const CitusPartition *part,
 						   "Distribute it with colocate_with => 'lockfence.fences' (or update_distributed_table_colocation). " CITUS_GUARD_HINT);
 }
 
+/*
+ * The entry of relid in *table (made on first use, entries of entrysize
+ * keyed by OID) for a verdict just drawn, or NULL when an invalidation
+ * came in during the lookups that drew it: the next statement asks again.
+ */
+static void *
+citus_guard_remember(HTAB **table, const char *name, Size entrysize, Oid relid)
+{
+	if (!citus.valid)
+		return NULL;
+	if (*table == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = entrysize;
+		*table = hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	return hash_search(*table, &relid, HASH_ENTER, NULL);
+}
+
 void
 lockfence_citus_guard_relation(Relation rel, const char *resource_column,
 							   const char *resource_prefix)
@@ -409,36 +430,16 @@ lockfence_citus_guard_relation(Relation rel, const char *resource_column,
 		/* raises unless the trigger can check rel's rows where they are */
 		citus_guard_citus_table(rel, owner, &part, resource_column,
 								resource_prefix);
-		/* Not if an invalidation came in during the lookups: ask again. */
-		if (!judgeable || !citus.valid)
+		if (!judgeable)
 			return;
-		if (citus_judged_rels == NULL)
-		{
-			HASHCTL		ctl;
-
-			ctl.keysize = sizeof(Oid);
-			ctl.entrysize = sizeof(CitusJudgedRel);
-			citus_judged_rels = hash_create("lockfence Citus relations judged", 64,
-											&ctl, HASH_ELEM | HASH_BLOBS);
-		}
-		judged = hash_search(citus_judged_rels, &relid, HASH_ENTER, NULL);
-		namestrcpy(&judged->column, resource_column);
+		judged = citus_guard_remember(&citus_judged_rels, "lockfence Citus relations judged",
+									  sizeof(CitusJudgedRel), relid);
+		if (judged != NULL)
+			namestrcpy(&judged->column, resource_column);
 		return;
 	}
-
-	/* Not if an invalidation came in during the lookups: ask again. */
-	if (!citus.valid)
-		return;
-	if (citus_local_rels == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(Oid);
-		citus_local_rels = hash_create("lockfence Citus-local relations", 64,
-									   &ctl, HASH_ELEM | HASH_BLOBS);
-	}
-	(void) hash_search(citus_local_rels, &relid, HASH_ENTER, NULL);
+	(void) citus_guard_remember(&citus_local_rels, "lockfence Citus-local relations",
+								sizeof(Oid), relid);
 }
 
 void

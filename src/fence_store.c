@@ -354,6 +354,9 @@ fence_write(FenceAction action, const char *resource, int64 token,
  * row again.  A refused check gives back what it took: try_fence() may go
  * on with its transaction, blocking nobody.
  */
+/* Reads and writes of one check that disagree before it gives up. */
+#define FENCE_STORE_MAX_WRITES	10
+
 void
 fence_store_check(const char *resource, int64 token, const char *holder,
 				  bool must_advance, FenceOutcome *outcome)
@@ -363,6 +366,7 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	bool		in_spi = false;
 	LOCKMODE	mode = ShareLock;
 	bool		locked = false;
+	int			failed_writes = 0;
 
 	/*
 	 * A check may advance or lock the fence: it is a write.  On a standby
@@ -425,6 +429,20 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 			outcome->leased = false;
 			break;
 		}
+
+		/*
+		 * The row changed between the read and the write, though no other
+		 * check can write it while we hold ExclusiveLock: read and try
+		 * again, a few times.  A write that keeps failing means the read
+		 * and the write do not see the same table (a broken shard lookup
+		 * did that on Citus); refuse rather than spin.
+		 */
+		if (++failed_writes >= FENCE_STORE_MAX_WRITES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not record the fence of resource \"%s\"", resource),
+					 errdetail("The fence row was read, then its write found it changed, %d times in a row while the resource was locked.",
+							   failed_writes)));
 	}
 
 	/* The outcome's holder outlives the statements' memory. */
