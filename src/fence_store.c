@@ -353,6 +353,11 @@ fence_write(FenceAction action, const char *resource, int64 token,
  * ExclusiveLock (two such checks would deadlock otherwise), and reads the
  * row again.  A refused check gives back what it took: try_fence() may go
  * on with its transaction, blocking nobody.
+ *
+ * (Over 80 lines, kept whole: the lock mode, the read, the verdict and the
+ * write are one loop whose steps decide each other's retries; split, the
+ * order of lock and read that the guarantee rests on would be spread
+ * over functions.)
  */
 /* Reads and writes of one check that disagree before it gives up. */
 #define FENCE_STORE_MAX_WRITES	10
