@@ -284,7 +284,6 @@ citus_fences_read_map(Oid fences)
 Oid
 lockfence_citus_fence_shard(const char *resource)
 {
-	Oid			fences;
 	int32		hash;
 	const CitusFenceShard *found = NULL;
 
@@ -293,9 +292,8 @@ lockfence_citus_fence_shard(const char *resource)
 
 	/* A shard move committed before this check is seen by it. */
 	AcceptInvalidationMessages();
-	fences = lockfence_relid("fences");
 	if (!fence_map.valid)
-		citus_fences_read_map(fences);
+		citus_fences_read_map(lockfence_relid("fences"));
 
 	/* As Citus hashes a text distribution column (default collation). */
 	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
