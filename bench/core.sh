@@ -37,7 +37,9 @@
 #	  postgres on a free port and a private unix socket.
 #
 #	  Settings (environment): ROUNDS (5), DURATION (seconds per pgbench
-#	  run, 5), B3_ROUNDS (2 * ROUNDS + 1), BULK_ROWS (100000), PG_CONFIG,
+#	  run, 5), B3_ROUNDS (2 * ROUNDS + 1), BULK_ROWS (100000), B1_FORM
+#	  (set: how B1's lockfence statement calls fence(), see bench_update
+#	  in setup.sh; cte the form measured before 2026-12-03), PG_CONFIG,
 #	  PRELOAD (1: lockfence in shared_preload_libraries, its metrics on),
 #	  KEEP=1 keeps the temp folder.
 #
@@ -54,6 +56,7 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-5}
 B3_ROUNDS=${B3_ROUNDS:-$((2 * ROUNDS + 1))}
 BULK_ROWS=${BULK_ROWS:-100000}
+B1_FORM=${B1_FORM:-set}
 CLIENTS=4
 JOBS=2
 
@@ -77,7 +80,7 @@ for v in "${VARIANTS[@]}"; do
 		echo '\set r random(0, 249)'
 		echo '\set id 4 * :r + :client_id'
 		echo '\set tok 1000 + :client_id'
-		bench_update "$v" "b1_$v" "'client-' || :client_id" :tok "id = :id"
+		bench_update "$v" "b1_$v" "'client-' || :client_id" :tok "id = :id" "$B1_FORM"
 	} >"$WORK/b1_$v.sql"
 done
 chown postgres: "$WORK"/b1_*.sql
@@ -137,7 +140,7 @@ run_b3() {
 		"$BIN/psql" -X -q -v ON_ERROR_STOP=1 >"$WORK/b3.out" 2>"$WORK/b3.err" <<EOF ||
 BEGIN;
 \\timing on
-$(bench_update "$v" "bulk_$v" "'bulk'" 5000)
+$(bench_update "$v" "bulk_$v" "'bulk'" 5000 true cte)
 \\timing off
 COMMIT;
 EOF

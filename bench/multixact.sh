@@ -4,18 +4,20 @@
 #	  B4: many transactions writing under one token (issue 21, item 2).
 #	  A leader holds one lock and writes through a pool of connections:
 #	  CLIENTS_LIST (8 and 32) pgbench clients, each transaction fencing the
-#	  resource 'hot' with the same token and holder, then updating its
+#	  resource 'hot' with the same token and holder, in the UPDATE of its
 #	  client's own row of a table protected by that resource:
 #
-#	    WITH f AS (SELECT lockfence.fence('hot', 1, 'leader'))
-#	    UPDATE mx_lockfence SET v = v + 1
-#	     WHERE id = :client_id AND EXISTS (SELECT FROM f);
+#	    UPDATE mx_lockfence SET v = v + 1,
+#	           tok = lockfence.fence('hot', 1, 'leader')
+#	     WHERE id = :client_id;
 #
-#	  (B4_FORM=explicit: BEGIN; SELECT lockfence.fence(...); UPDATE ...;
-#	  COMMIT, four round trips), against the same UPDATE of an
-#	  unprotected table:
+#	  (B4_FORM=cte: WITH f AS (SELECT lockfence.fence(...)) UPDATE ...
+#	  SET ..., tok = 1 WHERE ... AND EXISTS (SELECT FROM f), the form
+#	  measured before 2026-12-03; B4_FORM=explicit: BEGIN; SELECT
+#	  lockfence.fence(...); UPDATE ...; COMMIT, four round trips), against
+#	  the same UPDATE of an unprotected table:
 #
-#	    UPDATE mx_none SET v = v + 1 WHERE id = :client_id;
+#	    UPDATE mx_none SET v = v + 1, tok = 1 WHERE id = :client_id;
 #
 #	  Concurrent share locks on one row (the fence row) make PostgreSQL
 #	  create a MultiXact for every new locker: what this measures besides
@@ -41,7 +43,7 @@
 #	  must be a private one).  Run as root.
 #
 #	  Settings (environment): ROUNDS (5), DURATION (seconds per pgbench
-#	  run, 5), CLIENTS_LIST ("8 32"), B4_FORM (cte), PG_CONFIG, PRELOAD
+#	  run, 5), CLIENTS_LIST ("8 32"), B4_FORM (set), PG_CONFIG, PRELOAD
 #	  (1), KEEP=1 keeps the temp folder, SYNC_COMMIT (on; off makes the
 #	  runs CPU-bound rather than bound by the commits' WAL flush: a
 #	  diagnostic, not the targets' setting).
@@ -58,7 +60,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-5}
 CLIENTS_LIST=${CLIENTS_LIST:-8 32}
-B4_FORM=${B4_FORM:-cte}
+B4_FORM=${B4_FORM:-set}
 JOBS=2
 # setup.sh's own tables (B1's and B3's), kept small: unused here.
 CLIENTS=4
@@ -77,8 +79,8 @@ case "$SYNC_COMMIT" in on | off) ;; *) die "SYNC_COMMIT must be on or off" ;; es
 
 log "B4 tables"
 psql_q >/dev/null <<EOF
-CREATE TABLE mx_none (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0);
-CREATE TABLE mx_lockfence (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0);
+CREATE TABLE mx_none (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, tok bigint);
+CREATE TABLE mx_lockfence (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, tok bigint);
 INSERT INTO mx_none (id) SELECT g FROM generate_series(0, $MAXC - 1) g;
 INSERT INTO mx_lockfence (id) SELECT g FROM generate_series(0, $MAXC - 1) g;
 SELECT lockfence.protect('mx_lockfence', resource => 'hot');
@@ -92,16 +94,19 @@ expect_sqlstate LF002 "UPDATE mx_lockfence SET v = v + 1 WHERE id = 0"
 expect_sqlstate LF001 "BEGIN; SELECT lockfence.fence('hot', 0, 'leader'); UPDATE mx_lockfence SET v = v + 1 WHERE id = 0; COMMIT"
 
 case "$B4_FORM" in
+	set)
+		echo "UPDATE mx_lockfence SET v = v + 1, tok = lockfence.fence('hot', 1, 'leader') WHERE id = :client_id;" \
+			>"$WORK/b4_lockfence.sql" ;;
 	cte)
-		echo "WITH f AS (SELECT lockfence.fence('hot', 1, 'leader')) UPDATE mx_lockfence SET v = v + 1 WHERE id = :client_id AND EXISTS (SELECT FROM f);" \
+		echo "WITH f AS (SELECT lockfence.fence('hot', 1, 'leader')) UPDATE mx_lockfence SET v = v + 1, tok = 1 WHERE id = :client_id AND EXISTS (SELECT FROM f);" \
 			>"$WORK/b4_lockfence.sql" ;;
 	explicit)
 		printf '%s\n' 'BEGIN;' "SELECT lockfence.fence('hot', 1, 'leader');" \
-			'UPDATE mx_lockfence SET v = v + 1 WHERE id = :client_id;' 'COMMIT;' \
+			'UPDATE mx_lockfence SET v = v + 1, tok = 1 WHERE id = :client_id;' 'COMMIT;' \
 			>"$WORK/b4_lockfence.sql" ;;
-	*) die "B4_FORM must be cte or explicit" ;;
+	*) die "B4_FORM must be set, cte or explicit" ;;
 esac
-echo 'UPDATE mx_none SET v = v + 1 WHERE id = :client_id;' >"$WORK/b4_none.sql"
+echo 'UPDATE mx_none SET v = v + 1, tok = 1 WHERE id = :client_id;' >"$WORK/b4_none.sql"
 chown postgres: "$WORK"/b4_*.sql
 
 PMPID=$(head -1 "$WORK/data/postmaster.pid")

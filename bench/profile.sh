@@ -15,9 +15,10 @@
 #	  Variants: none (no trigger), lockfence, plpgsql (the hand-written
 #	  trigger of core.sh), ctrig (a built-in no-op C trigger, the floor of
 #	  any row trigger); for B1 also shape (on request: the lockfence
-#	  variant's statement, WITH f AS (SELECT ...) UPDATE ... WHERE EXISTS
-#	  (SELECT FROM f), calling random() on the unprotected table: the
-#	  share of the statement's form in lockfence's difference to none).
+#	  variant's statement form, B1_FORM (set or cte, see bench_update in
+#	  setup.sh), calling a volatile built-in instead of fence() on the
+#	  unprotected table: the share of the statement's form in
+#	  lockfence's difference to none).
 #
 #	  Run as root.  Prints a table; the callgrind files and the
 #	  callgrind_annotate reports of the lockfence runs are kept in OUT
@@ -33,6 +34,7 @@
 set -euo pipefail
 
 N1=${N1:-200}
+B1_FORM=${B1_FORM:-set}
 N2=${N2:-1200}
 BULK_ROWS=${BULK_ROWS:-20000}
 # shellcheck disable=SC2034  # read by setup.sh
@@ -83,12 +85,15 @@ declare -A B1 B3
 for v in $B1_VARIANTS; do
 	# A prepared statement, as pgbench -M prepared runs it in core.sh.
 	if [ "$v" = shape ]; then
-		# The lockfence variant's statement shape (a CTE run once, an
-		# EXISTS over it) on the unprotected table, with a volatile call
-		# that does nothing: what the shape costs, without lockfence.
-		prep="PREPARE u AS WITH f AS (SELECT pg_catalog.random()) UPDATE b1_none SET val = val + 1, fence_token = 1000 WHERE id = 0 AND EXISTS (SELECT FROM f);"
+		# The lockfence variant's statement form on the unprotected
+		# table, with a volatile call that does nothing in place of
+		# fence(): what the form costs, without lockfence.
+		case "$B1_FORM" in
+			cte) prep="PREPARE u AS WITH f AS (SELECT pg_catalog.random()) UPDATE b1_none SET val = val + 1, fence_token = 1000 WHERE id = 0 AND EXISTS (SELECT FROM f);" ;;
+			*) prep="PREPARE u AS UPDATE b1_none SET val = val + 1, fence_token = 1000 + pg_catalog.random()::int * 0 WHERE id = 0;" ;;
+		esac
 	else
-		prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0")"
+		prep="PREPARE u AS $(bench_update "$v" "b1_$v" "'client-0'" 1000 "id = 0" "$B1_FORM")"
 	fi
 	{ echo "$prep"; repeat_stmt "$N1" "EXECUTE u"; } >"$WORK/p_b1_${v}_n1.sql"
 	{ echo "$prep"; repeat_stmt "$N2" "EXECUTE u"; } >"$WORK/p_b1_${v}_n2.sql"
@@ -99,7 +104,7 @@ for v in $B1_VARIANTS; do
 done
 
 for v in $B3_VARIANTS; do
-	bench_update "$v" "bulk_$v" "'bulk'" 5000 >"$WORK/p_b3_$v.sql"
+	bench_update "$v" "bulk_$v" "'bulk'" 5000 true cte >"$WORK/p_b3_$v.sql"
 	B3[$v]=$(callgrind_run "b3_$v" "$WORK/p_b3_$v.sql")
 	log "b3 $v: ${B3[$v]} instructions"
 done

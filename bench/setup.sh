@@ -236,20 +236,29 @@ expect_sqlstate LF002 "UPDATE b1_lockfence SET val = val + 1 WHERE id = 0"
 [ "$(psql_q -c "SELECT count(*) FROM lockfence.fences")" = $((CLIENTS + 1)) ] ||
 	die "unexpected lockfence.fences contents"
 
-# bench_update VARIANT TABLE RESOURCE TOKEN [CONDITION]: the measured
+# bench_update VARIANT TABLE RESOURCE TOKEN CONDITION FORM: the measured
 # UPDATE, setting the token column to TOKEN, which the rows and the fence
 # already hold.  lockfence counts a row token equal to the fence only once
 # the transaction has fenced it (otherwise it may be a copy), so its
 # variant calls lockfence.fence() in the same statement, keeping one round
-# trip per transaction: the CTE runs once, in a one-time filter before any
-# row is read, and every row is then a hit in the transaction's cache.
+# trip per transaction, in one of two forms:
+#   set  the token column is set to what lockfence.fence() returns (the
+#        token): the call is evaluated with the row's new values, before
+#        the row trigger; once per row written (B1: one row).
+#   cte  a CTE calls it once, in a one-time filter before any row is read;
+#        every row is then a hit in the transaction's cache (B3: 100,000
+#        rows under one token).
 bench_update() {
-	local v=$1 tbl=$2 res=$3 tok=$4 cond=${5:-true}
-	if [ "$v" = lockfence ]; then
-		echo "WITH f AS (SELECT lockfence.fence($res, $tok)) UPDATE $tbl SET val = val + 1, fence_token = $tok WHERE $cond AND EXISTS (SELECT FROM f);"
-	else
+	local v=$1 tbl=$2 res=$3 tok=$4 cond=$5 form=$6
+	if [ "$v" != lockfence ]; then
 		echo "UPDATE $tbl SET val = val + 1, fence_token = $tok WHERE $cond;"
+		return
 	fi
+	case "$form" in
+		set) echo "UPDATE $tbl SET val = val + 1, fence_token = lockfence.fence($res, $tok) WHERE $cond;" ;;
+		cte) echo "WITH f AS (SELECT lockfence.fence($res, $tok)) UPDATE $tbl SET val = val + 1, fence_token = $tok WHERE $cond AND EXISTS (SELECT FROM f);" ;;
+		*) die "bench_update: form must be set or cte, not '$form'" ;;
+	esac
 }
 
 # ---------------------------------------------------------------------------

@@ -438,3 +438,21 @@ CREATE TABLE c2 () INHERITS (p2);
 SELECT lockfence.protect('p2', resource => 'x');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM pg_trigger WHERE tgrelid = 'p2'::regclass;
+-- fence() in the write itself: the SET list and VALUES are evaluated
+-- before the row trigger, so one statement fences and writes.
+CREATE TABLE inline_w (id int PRIMARY KEY, res text, v int, tok bigint);
+SELECT lockfence.protect('inline_w', resource_column => 'res',
+                         token_column => 'tok');
+INSERT INTO inline_w VALUES (1, 'inl', 0, lockfence.fence('inl', 5));
+UPDATE inline_w SET v = v + 1, tok = lockfence.fence('inl', 5) WHERE id = 1;
+UPDATE inline_w SET v = v + 1, tok = lockfence.fence('inl', 6) WHERE id = 1;
+-- a stale token raises before the row is written
+UPDATE inline_w SET v = 100, tok = lockfence.fence('inl', 5) WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- the same token without the call is a copy: refused
+UPDATE inline_w SET v = 100, tok = 6 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- no row matches: nothing is fenced, nothing written
+UPDATE inline_w SET v = 100, tok = lockfence.fence('inl', 7) WHERE id = 2;
+SELECT lockfence.current_token('inl');
+SELECT id, v, tok FROM inline_w;
