@@ -143,9 +143,15 @@ $log_offset = -s $node->logfile;
 is(kill('KILL', $victim_pid), 1, 'SIGKILL sent to the fencing backend');
 
 # The postmaster notices, terminates every backend and reinitializes.
-ok( $node->poll_query_until(
-		'postgres', "SELECT lockfence.current_token('shop')", '50'),
-	'the server accepts connections again after the crash of a backend');
+# Wait for its log line saying it is ready again, not with
+# poll_query_until: that feeds psql its query on stdin, and a psql that
+# cannot connect during the restart exits before reading it, so IPC::Run
+# dies writing ("Broken pipe"; seen on 17 in a full run).
+$node->wait_for_log(
+	qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+	$log_offset);
+is($node->safe_psql('postgres', "SELECT lockfence.current_token('shop')"),
+	'50', 'the server accepts connections again after the crash of a backend');
 ok( $node->log_contains(
 		"(?:server process|client backend) \\(PID $victim_pid\\) was terminated by signal 9",
 		$log_offset),
