@@ -475,17 +475,41 @@ acquire_steps(void *arg)
 }
 
 /*
- * After any error in acquire_steps: count the failure and release what
- * the call left in etcd (our key, and its lease if granted for the call).
+ * After any error in acquire_steps: release what the call left in etcd
+ * (our key, and its lease if granted for the call).
  */
 static void
-acquire_failed(void *arg)
+release_after_failed_steps(void *arg)
 {
 	AcquireCall *c = (AcquireCall *) arg;
 
-	lockfence_metrics_etcd_acquire_failed();
 	etcd_lock_release_after_error(c->lease, lock_key(c->name, c->lease),
 								  !c->fresh);
+}
+
+/*
+ * The acquisition once its arguments are checked: the lease, then the
+ * protocol's steps.
+ */
+static void
+acquire_lease_and_steps(void *arg)
+{
+	AcquireCall *c = (AcquireCall *) arg;
+
+	acquire_lease(c);
+	lockfence_run_with_cleanup(acquire_steps, release_after_failed_steps, c);
+}
+
+/*
+ * After any error of acquire_lease_and_steps: count an acquisition that
+ * ended without the lock.  The lease's steps count too: with etcd
+ * unreachable, or a wait_timeout that runs out while the session lease is
+ * granted, that is where the call fails.
+ */
+static void
+count_failed_acquisition(void *arg)
+{
+	lockfence_metrics_etcd_acquire_failed();
 }
 
 /*
@@ -504,8 +528,8 @@ acquire(const char *name, int ttl, TimestampTz started, TimestampTz deadline,
 	c.try_only = try_only;
 	c.res = res;
 	etcd_lock_check_args(name, ttl);
-	acquire_lease(&c);
-	lockfence_run_with_cleanup(acquire_steps, acquire_failed, &c);
+	lockfence_run_with_cleanup(acquire_lease_and_steps,
+							   count_failed_acquisition, &c);
 
 	if (c.got)
 	{

@@ -252,6 +252,7 @@ is($state, '42501', 'ordinary users cannot read the password setting');
 # --- endpoints: failover and connection errors ----------------------------
 
 my $dead_port = PostgreSQL::Test::Cluster::get_free_port();
+$err0 = metric('lock_acquire_error_total');
 $t0 = time;
 ($rc, $out, $err, $state) = run_sql(
 	"SET lockfence.etcd_request_timeout = '1s';
@@ -261,6 +262,9 @@ is($state, '08001', 'unreachable etcd raises 08001');
 $elapsed = time - $t0;
 ok($elapsed < 4, "... within the request timeout ($elapsed s)");
 like($err, qr/could not connect to etcd/, '... with a clear message');
+# The call failed granting its session lease, before its key was queued.
+is(metric('lock_acquire_error_total') - $err0,
+	1, '... and is counted as a failed acquisition');
 
 ($rc, $out, $err, $state) = run_sql(
 	"SET lockfence.etcd_endpoints = 'http://127.0.0.1:$dead_port, "
