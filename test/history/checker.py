@@ -82,8 +82,12 @@ class Checker:
 
     def violation(self, kind, text, *ops):
         lines = [f"{kind}: {text}"]
-        lines += ["    " + describe(self.ops[o]) if o in self.ops else f"    {o} (not in the history)"
-                  for o in ops]
+        for o in ops:
+            # the witness rows' seq: where the database put the write in
+            # commit order, to be read against the times of the history
+            seq = "".join(f", seq {r['seq']} on {r['resource']}" for r in self.witness.get(o, []))
+            lines.append("    " + (describe(self.ops[o]) if o in self.ops
+                                   else f"{o} (not in the history)") + seq)
         self.violations.append("\n".join(lines))
 
     def check_outcomes(self):

@@ -53,6 +53,20 @@ fault says how many it found of each kind.
 A fault whose window was not reached is recorded as info (not ok): the
 checker's --require-all-faults then fails the run.
 
+The witness's seq (the checker's commit order per resource) is the
+counter row's own version, which the increment's UPDATE advances, not a
+sequence on the coordinator as in the single-server test.  A nextval()
+is durable only once WAL past its sequence record is flushed: a
+transaction whose PREPARE TRANSACTION waits (the rollback fault) wrote
+that record and never commits, while the single-node increments after it
+take the next values without writing anything on the coordinator.  At
+the coordinator's SIGKILL those values are handed out again: a later
+increment got a lower seq than one acknowledged before it began, and the
+checker reported a token going down where the values showed the right
+order (a run under a CPU hog, 2026-12-03).  The version is written with
+the value, in the same row on the same node, so it cannot go back; and
+row locks make the row's update order its commit order.
+
 The lease service is a table in shared memory of the harness's processes:
 per counter the last token, the holder and the expiry (TTL 2 s, no
 renewal).  A worker stopped past its lease still believes it holds it;
@@ -96,9 +110,8 @@ SCHEMA = [
     "DROP SCHEMA IF EXISTS hist CASCADE",
     "CREATE SCHEMA hist",
     "CREATE TABLE hist.cells (resource text PRIMARY KEY, value bigint NOT NULL,"
-    " token bigint, holder text)",
-    "CREATE SEQUENCE hist.commit_order",
-    "CREATE TABLE hist.witness (seq bigint NOT NULL DEFAULT nextval('hist.commit_order'),"
+    " token bigint, holder text, version bigint NOT NULL DEFAULT 0)",
+    "CREATE TABLE hist.witness (seq bigint NOT NULL,"
     " op text, resource text, token bigint, holder text, read bigint, written bigint,"
     " PRIMARY KEY (op, resource))",
     "SELECT create_distributed_table('hist.cells', 'resource')",
@@ -262,6 +275,22 @@ class Worker(Workloads):
             self.ok_count.value += 1
         return True
 
+    def counter(self, op, holds):
+        """Workloads.counter, its witness numbered by the row's version (see
+        the top of this file)."""
+        self.fence(holds)
+        h = holds[0]
+        v = self.read(h.resource)
+        version = self.conn.execute(
+            "UPDATE hist.cells SET value = %s, token = %s, holder = %s, version = version + 1"
+            " WHERE resource = %s RETURNING version",
+            (v + 1, h.token, h.holder, h.resource)).fetchone()[0]
+        self.conn.execute(
+            "INSERT INTO hist.witness (seq, op, resource, token, holder, read, written)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (version, op, h.resource, h.token, h.holder, v, v + 1))
+        return {"read": [v], "write": [v + 1]}
+
     def fence(self, holds):
         if self.fenced:
             for h in holds:
@@ -296,19 +325,6 @@ def children(pid):
     return out
 
 
-def signal_node(n, sig):
-    """Send sig to a node's postmaster and every process it started."""
-    pm = postmaster_pid(n)
-    kids = children(pm)
-    os.kill(pm, sig)
-    for k in kids:
-        try:
-            os.kill(k, sig)
-        except OSError:
-            pass
-    return pm, kids
-
-
 def proc_state(pid):
     """The state letter of a process (Z: a zombie), or None when gone."""
     try:
@@ -319,12 +335,27 @@ def proc_state(pid):
 
 
 def kill_node(n):
-    """SIGKILL the postmaster, then its children (as a power cut would);
-    wait until all are gone.  A killed postmaster whose parent (here the
-    container's init) has not reaped it yet still answers kill(pid, 0),
-    and the next postmaster would take it for a live one: its lock file
-    goes once it is a zombie."""
-    pm, kids = signal_node(n, signal.SIGKILL)
+    """SIGKILL the postmaster and its children as a power cut would: all at
+    once.  Killed one by one, a backend that wakes to its postmaster's
+    death before its own SIGKILL arrives goes on: a commit held for a
+    synchronous standby stops waiting, and Citus then sends COMMIT
+    PREPARED, so the 2PC-commit fault found nothing prepared after the
+    crash (under a CPU hog, 2026-12-03).  So: stop the postmaster (it
+    forks no one from then on), stop its children, kill them, kill it.
+    Then wait until all are gone.  A killed postmaster whose parent (here
+    the container's init) has not reaped it yet still answers kill(pid,
+    0), and the next postmaster would take it for a live one: its lock
+    file goes once it is a zombie."""
+    pm = postmaster_pid(n)
+    os.kill(pm, signal.SIGSTOP)
+    kids = children(pm)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for k in kids:
+            try:
+                os.kill(k, sig)
+            except OSError:
+                pass
+    os.kill(pm, signal.SIGKILL)
     wait_until(f"{n['name']} gone", lambda: all(proc_state(p) in (None, "Z")
                                                  for p in [pm] + kids), 30)
     if proc_state(pm) == "Z":
@@ -360,6 +391,11 @@ def waiting(n, query_like="%"):
     """Backends of the node waiting for a synchronous standby."""
     return query(n, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
                     " AND query LIKE %s", (query_like,))[0][0]
+
+
+def waiting_pids(n):
+    return [r[0] for r in query(n, "SELECT pid FROM pg_stat_activity"
+                                   " WHERE wait_event = 'SyncRep'")]
 
 
 def prepared(n):
@@ -464,15 +500,23 @@ class Nemesis:
         arm(c, NOBODY)
 
         def in_window():
-            return (waiting(c) > 0 and any(prepared(w) for w in NODES[1:]))
+            # a commit held after its decision whose own transactions are
+            # prepared on a worker (Citus names them citus_<group>_<pid>_...):
+            # a waiting commit and someone else's PREPARE in flight are not
+            held = {str(pid) for pid in waiting_pids(c)}
+            return any(g.split("_")[2] in held for w in NODES[1:] for g in prepared(w))
         reached = wait_until("a commit between PREPARE and COMMIT PREPARED", in_window, 30)
         held = waiting(c)
+        seen = (query(c, "SELECT pid, backend_type, left(query, 60) FROM pg_stat_activity"
+                         " WHERE wait_event = 'SyncRep'"),
+                [g for w in NODES[1:] for g in prepared(w)])
         n, commit, recovered, ok = self.crash_coordinator()
         what = (f"{held} commits waiting, {n} transactions prepared on the workers at the "
                 f"crash, {commit} of them decided commit; all resolved by Citus' recovery "
                 f"({recovered} by recover_prepared_transactions(), the rest by its daemon)")
         if not (reached and commit > 0 and ok):
-            return "NOT REACHED: " + what
+            # what waited and what was prepared just before the kill
+            return f"NOT REACHED: {what}; waiting {seen[0]}, prepared {seen[1]}"
         return what
 
     def coordinator_crash_2pc_rollback(self, target):
