@@ -69,17 +69,9 @@ my $hkey = $holder->query_safe("SELECT key FROM lockfence.etcd_lock('stop', 600)
 my @base_leases = leases();
 my $ctl = LockfenceTest::EtcdCluster::session($node);
 
-# When backend $pid last logged a message of $level (default ERROR), in
-# seconds since the epoch (the log line's %m time stamp, by the server's
-# clock).
 sub error_logged_at
 {
-	my ($pid, $level) = @_;
-	$level //= 'ERROR';
-	my $log = slurp_file($node->logfile);
-	my @at = $log =~ /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \S+) \[$pid\] [^\n]*$level:/mg;
-	return undef unless @at;
-	return $ctl->query_safe("SELECT extract(epoch FROM timestamptz '$at[-1]')");
+	return LockfenceTest::EtcdCluster::error_logged_at($node, @_);
 }
 
 # Send $fn (pg_cancel_backend, pg_terminate_backend) to backend $pid;

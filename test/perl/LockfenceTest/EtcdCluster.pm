@@ -1053,14 +1053,33 @@ sub late_ms
 When the statement a backend ran last ended on the server (state_change,
 once it is no longer active), in seconds since the epoch by the server's
 clock.  Call it only once the statement ended (wait_for_error returned).
+The backend sends an error before it reports itself idle, so the client
+can see the error first: this waits (up to 10 s) for the idle state.
 
 =cut
 
 sub statement_end
 {
 	my ($node, $pid) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT extract(epoch FROM state_change) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
+	return idle_since($node, $pid, 'state_change');
+}
+
+# The value of expression EXPR over pid's pg_stat_activity row once the
+# backend is no longer active, waiting up to 10 s for that; '' if it
+# never is.
+sub idle_since
+{
+	my ($node, $pid, $expr) = @_;
+	my $deadline = time + 10;
+	my $v = '';
+	while (1)
+	{
+		$v = $node->safe_psql('postgres',
+			"SELECT extract(epoch FROM $expr) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
+		last if $v ne '' || time >= $deadline;
+		usleep(1_000);
+	}
+	return $v;
 }
 
 =pod
@@ -1080,8 +1099,31 @@ once the statement ended (wait_for_error returned).
 sub statement_duration
 {
 	my ($node, $pid) = @_;
+	return idle_since($node, $pid, 'state_change - query_start');
+}
+
+=pod
+
+=item error_logged_at(node, pid, level)
+
+When backend pid last wrote a message of level (default ERROR) to the
+server log, in seconds since the epoch by the server's clock (the log
+line's %m time stamp; PostgreSQL::Test::Cluster's log_line_prefix).  The
+server logs an error before it sends it to the client, so once the client
+saw it the line is there; for a terminated backend, whose statement never
+goes idle in pg_stat_activity.  undef if there is no such line.
+
+=cut
+
+sub error_logged_at
+{
+	my ($node, $pid, $level) = @_;
+	$level //= 'ERROR';
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+	my @at = $log =~ /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \S+) \[$pid\] [^\n]*$level:/mg;
+	return undef unless @at;
 	return $node->safe_psql('postgres',
-		"SELECT extract(epoch FROM state_change - query_start) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
+		"SELECT extract(epoch FROM timestamptz '$at[-1]')");
 }
 
 =pod
