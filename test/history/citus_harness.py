@@ -506,16 +506,16 @@ class Nemesis:
             held = {str(pid) for pid in waiting_pids(c)}
             return any(g.split("_")[2] in held for w in NODES[1:] for g in prepared(w))
         reached = wait_until("a commit between PREPARE and COMMIT PREPARED", in_window, 30)
-        held = waiting(c)
+        # what waited and what was prepared just before the kill
         seen = (query(c, "SELECT pid, backend_type, left(query, 60) FROM pg_stat_activity"
                          " WHERE wait_event = 'SyncRep'"),
                 [g for w in NODES[1:] for g in prepared(w)])
+        held = len(seen[0])
         n, commit, recovered, ok = self.crash_coordinator()
         what = (f"{held} commits waiting, {n} transactions prepared on the workers at the "
                 f"crash, {commit} of them decided commit; all resolved by Citus' recovery "
                 f"({recovered} by recover_prepared_transactions(), the rest by its daemon)")
         if not (reached and commit > 0 and ok):
-            # what waited and what was prepared just before the kill
             return f"NOT REACHED: {what}; waiting {seen[0]}, prepared {seen[1]}"
         return what
 
