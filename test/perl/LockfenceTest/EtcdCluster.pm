@@ -1054,7 +1054,8 @@ When the statement a backend ran last ended on the server (state_change,
 once it is no longer active), in seconds since the epoch by the server's
 clock.  Call it only once the statement ended (wait_for_error returned).
 The backend sends an error before it reports itself idle, so the client
-can see the error first: this waits (up to 10 s) for the idle state.
+can see the error first: this waits (up to 10 s, then dies) for the idle
+state.
 
 =cut
 
@@ -1065,21 +1066,21 @@ sub statement_end
 }
 
 # The value of expression EXPR over pid's pg_stat_activity row once the
-# backend is no longer active, waiting up to 10 s for that; '' if it
-# never is.
+# backend is no longer active, waiting up to 10 s for that; dies if it
+# never is (a measure taken from nothing must not pass a bound).
 sub idle_since
 {
 	my ($node, $pid, $expr) = @_;
 	my $deadline = time + 10;
-	my $v = '';
 	while (1)
 	{
-		$v = $node->safe_psql('postgres',
+		my $v = $node->safe_psql('postgres',
 			"SELECT extract(epoch FROM $expr) FROM pg_stat_activity WHERE pid = $pid AND state <> 'active'");
-		last if $v ne '' || time >= $deadline;
+		return $v if $v ne '';
+		croak "backend $pid did not end its statement within 10 s"
+		  if time >= $deadline;
 		usleep(1_000);
 	}
-	return $v;
 }
 
 =pod
