@@ -21,10 +21,17 @@ my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'quiet');
 $etcd->start;
 my $fault = $etcd->start_fault_server($etcd->client_url(0));
 
+# Short timeouts keep a failure short; no check here bounds a time.  The
+# Valgrind run (scripts/pg-assert.sh) multiplies them: there, on a loaded
+# machine, a new backend's first request once took more than a second to
+# connect (08006, in the CI run of 5efd389).
+my $scale = LockfenceTest::EtcdCluster::time_scale();
+sub secs { return ($_[0] * $scale) . 's'; }
+
 my $node = LockfenceTest::EtcdCluster::pg_node('quiet', <<EOF);
 lockfence.etcd_endpoints = '@{[ $fault->url ]}'
-lockfence.etcd_request_timeout = '2s'
-lockfence.etcd_connect_timeout = '1s'
+lockfence.etcd_request_timeout = '@{[ secs(2) ]}'
+lockfence.etcd_connect_timeout = '@{[ secs(1) ]}'
 log_error_verbosity = verbose
 EOF
 
@@ -50,7 +57,7 @@ my %bad_error = (
 # --- 1. nesting is a malformed reply, not a stack overflow -----------------
 $fault->clear;
 $fault->set(path => '/v3/lease/grant', mode => 'nested', times => 1);
-my $r = try_sql("SELECT * FROM lockfence.etcd_lock('q-nest', 5, '4s')");
+my $r = try_sql("SELECT * FROM lockfence.etcd_lock('q-nest', 5, '" . secs(4) . "')");
 is($r->{sqlstate}, '08P01', 'deeply nested grant reply: 08P01') or diag explain $r;
 like($r->{message} // '', qr{malformed reply from etcd to /v3/lease/grant},
 	'the message names the request');
@@ -61,7 +68,7 @@ unlike($r->{stderr}, qr/max_stack_depth/, 'no hint to raise max_stack_depth');
 # lacking a lease ID, like any reply without one).
 $fault->clear;
 $fault->set(path => '/v3/lease/grant', mode => 'nested', depth => 63, times => 1);
-$r = try_sql("SELECT * FROM lockfence.etcd_lock('q-nest64', 5, '4s')");
+$r = try_sql("SELECT * FROM lockfence.etcd_lock('q-nest64', 5, '" . secs(4) . "')");
 is($r->{sqlstate}, '08P01', '64 levels: parsed, refused for its content');
 like($r->{detail} // '', qr/no lease ID/, '64 levels: the reply was parsed');
 
@@ -78,7 +85,7 @@ for my $label (sort keys %bad_error)
 		body => { error => 'injected lock refusal', message => 'injected lock refusal', code => 3 });
 	$fault->set(path => '/v3/lease/revoke', %{ $bad_error{$label} });
 	my $before = $fault->hits->{'/v3/lease/revoke'} // 0;
-	$r = try_sql("SELECT * FROM lockfence.etcd_lock('$name', 5, '4s')");
+	$r = try_sql("SELECT * FROM lockfence.etcd_lock('$name', 5, '" . secs(4) . "')");
 	my $revokes = ($fault->hits->{'/v3/lease/revoke'} // 0) - $before;
 	$fault->clear;
 	ok($revokes >= 1, "cleanup, revoke reply $label: the revocation was tried");
@@ -95,7 +102,7 @@ for my $label (sort keys %bad_error)
 	my $name = 'q-exit' . ++$n;
 	my $e = LockfenceTest::EtcdCluster::session($node);
 	my $epid = $e->query_safe('SELECT pg_backend_pid()');
-	my $lease = $e->query_safe("SELECT lease FROM lockfence.etcd_lock('$name', 30, '5s')");
+	my $lease = $e->query_safe("SELECT lease FROM lockfence.etcd_lock('$name', 30, '" . secs(5) . "')");
 	ok($lease > 0, "exit, revoke reply $label: lock held");
 	$fault->clear;
 	$fault->set(path => '/v3/lease/revoke', %{ $bad_error{$label} });

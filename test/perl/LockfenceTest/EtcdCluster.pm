@@ -1026,6 +1026,23 @@ sub run_delay_after
 
 =pod
 
+=item time_scale()
+
+The factor by which a test multiplies the timeouts it gives lockfence
+(never the bounds it checks): lockfence_test.time_scale from PGOPTIONS,
+which the Valgrind run sets to 20 for its servers and clients
+(scripts/pg-assert.sh); 1 elsewhere.
+
+=cut
+
+sub time_scale
+{
+	my $opts = $ENV{PGOPTIONS} // '';
+	return $opts =~ /lockfence_test\.time_scale=([0-9]+(?:\.[0-9]+)?)/ ? $1 : 1;
+}
+
+=pod
+
 =item late_ms(seconds, pid, run_delay_before)
 
 How late something was, in ms, given seconds measured for it on the
