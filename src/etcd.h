@@ -188,6 +188,8 @@ typedef struct EtcdCallDeadline
 {
 	TimestampTz at;				/* 0: none */
 	const char *lock_name;		/* for the 55P03 */
+	const char *own_key;		/* this session's own key on lock_name, once
+								 * known: the 55P03 then names it */
 } EtcdCallDeadline;
 
 extern void etcd_call_deadline_push(TimestampTz deadline,
@@ -195,6 +197,9 @@ extern void etcd_call_deadline_push(TimestampTz deadline,
 									EtcdCallDeadline *saved);
 extern void etcd_call_deadline_pop(const EtcdCallDeadline *saved);
 extern TimestampTz etcd_call_deadline(void);
+extern void etcd_call_deadline_own_key(const char *key);
+pg_noreturn extern void etcd_report_own_lock_timeout(const char *lock_name,
+													 const char *own_key);
 pg_noreturn extern void etcd_call_deadline_report(const char *what,
 												  const char *failure,
 												  const char *endpoint);

@@ -69,7 +69,7 @@ static uint64 seen_credentials_generation = 0;
  * restored by the call around everything it does (errors included), so a
  * later call without wait_timeout is never cut.
  */
-static EtcdCallDeadline call_deadline = {0, NULL};
+static EtcdCallDeadline call_deadline = {0, NULL, NULL};
 
 /*
  * lockfence.etcd_endpoints changed since cur_endpoint was chosen: start
@@ -137,7 +137,24 @@ etcd_call_deadline_push(TimestampTz deadline, const char *lock_name,
 	{
 		call_deadline.at = deadline;
 		call_deadline.lock_name = lock_name;
+		call_deadline.own_key = NULL;
 	}
+}
+
+/*
+ * The waiting call found that this session already holds its lock, with
+ * key (which must outlive the pop): from now on a request cut at the
+ * deadline raises the 55P03 of a wait on itself
+ * (etcd_report_own_lock_timeout), whichever request it was.  Such a call
+ * can only end at its deadline, and on a loaded machine the deadline
+ * falls during a request (a read of the queue) as easily as between two;
+ * "another session holds the lock" would then be wrong.
+ */
+void
+etcd_call_deadline_own_key(const char *key)
+{
+	if (call_deadline.at != 0)
+		call_deadline.own_key = key;
 }
 
 /*
@@ -170,6 +187,8 @@ etcd_call_deadline_report(const char *what, const char *failure,
 	const char *lock_name = call_deadline.lock_name ?
 		call_deadline.lock_name : "";
 
+	if (call_deadline.own_key != NULL)
+		etcd_report_own_lock_timeout(lock_name, call_deadline.own_key);
 	if (failure == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -186,6 +205,26 @@ etcd_call_deadline_report(const char *what, const char *failure,
 					   what, failure, endpoint) :
 			 errdetail("The wait_timeout passed during %s, which failed: %s.",
 					   what, failure)));
+	pg_unreachable();
+}
+
+/*
+ * Raise the 55P03 of a call whose wait_timeout passed while it waited for
+ * a lock this session already holds, with key own_key: a session does
+ * not reenter its locks, so the wait was on itself, which the message
+ * must say (issue 17, item 16).
+ */
+void
+etcd_report_own_lock_timeout(const char *lock_name, const char *own_key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+					lock_name),
+			 errdetail("This session already holds the lock, with key \"%s\": a session that locks a name again waits for itself like any other session would.",
+					   own_key),
+			 errhint("Use the lock this session holds, or release it with lockfence.etcd_unlock('%s') before locking the name again.",
+					 own_key)));
 	pg_unreachable();
 }
 

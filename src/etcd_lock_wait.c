@@ -201,6 +201,21 @@ forget_predecessor(LockWait *w)
 }
 
 /*
+ * Is the predecessor a key this session holds (on another lease: a second
+ * TTL)?  Then the wait is on ourselves.
+ */
+static bool
+predecessor_is_own(LockWait *w)
+{
+	int64		pred_lease;
+
+	if (w->pred == NULL)
+		return false;
+	pred_lease = etcd_lock_key_lease(w->pred);
+	return pred_lease > 0 && etcd_session_holds_key(pred_lease, w->pred);
+}
+
+/*
  * Start watching pred from the current revision (no start_revision: a
  * synced watcher, see the file header).
  */
@@ -211,6 +226,14 @@ start_watch(LockWait *w, const char *pred)
 	char	   *body;
 
 	w->pred = MemoryContextStrdup(w->cxt, pred);
+
+	/*
+	 * A request cut at the deadline from now on names our own key: a copy,
+	 * as w->pred is freed when the predecessor goes, and the deadline keeps
+	 * it until the call ends.
+	 */
+	if (predecessor_is_own(w))
+		etcd_call_deadline_own_key(MemoryContextStrdup(w->cxt, w->pred));
 	w->watch_ep = etcd_current_endpoint();
 	url = psprintf("%s/v3/watch", w->watch_ep);
 	body = psprintf("{\"create_request\":{\"key\":\"%s\"}}",
@@ -636,30 +659,16 @@ renew_if_due(LockWait *w)
 /*
  * Raise the error for a wait whose wait_timeout passed.  held_key, or the
  * predecessor if it is a key this session holds, is this session's own
- * lock on the name: a session does not reenter its locks, so the wait
- * was on itself, which the message must say (issue 17, item 16).
+ * lock on the name: the wait was on itself (etcd_report_own_lock_timeout).
+ * A request cut at the deadline says the same (etcd_call_deadline_own_key).
  */
 static void
 report_wait_timeout(LockWait *w, const char *held_key)
 {
-	const char *own = held_key;
-
-	if (own == NULL && w->pred != NULL)
-	{
-		int64		pred_lease = etcd_lock_key_lease(w->pred);
-
-		if (pred_lease > 0 && etcd_session_holds_key(pred_lease, w->pred))
-			own = w->pred;
-	}
-	if (own != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
-						w->name),
-				 errdetail("This session already holds the lock, with key \"%s\": a session that locks a name again waits for itself like any other session would.",
-						   own),
-				 errhint("Use the lock this session holds, or release it with lockfence.etcd_unlock('%s') before locking the name again.",
-						 own)));
+	if (held_key != NULL)
+		etcd_report_own_lock_timeout(w->name, held_key);
+	if (predecessor_is_own(w))
+		etcd_report_own_lock_timeout(w->name, w->pred);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
@@ -700,6 +709,8 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 									w.ka_interval_ms);
 	w.deadline = deadline;
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
+	if (held_key != NULL)
+		etcd_call_deadline_own_key(held_key);
 
 	/* a wait may last for hours: each round's garbage goes at its end */
 	round_cxt = AllocSetContextCreate(CurrentMemoryContext,
