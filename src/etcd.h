@@ -286,6 +286,8 @@ extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);
 extern bool etcd_session_holds_key(int64 lease, const char *key);
+extern const char *etcd_session_key_on_name(const char *name,
+											 const char *except);
 extern void etcd_session_exit_cleanup_begins(void);
 extern void etcd_session_lock_fenced(const char *key);
 extern void etcd_session_fence_accepted(const char *holder);
@@ -334,8 +336,7 @@ pg_noreturn extern void etcd_report_lock_lost(const char *name,
 
 /* etcd_lock_wait.c */
 extern void etcd_lock_wait(const char *name, const char *key, int64 lease,
-						   int64 my_rev, int ttl, TimestampTz deadline,
-						   const char *held_key);
+						   int64 my_rev, int ttl, TimestampTz deadline);
 
 /* etcd_lock_many.c: several locks at once, in byte order of their names */
 

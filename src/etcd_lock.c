@@ -402,7 +402,6 @@ typedef struct AcquireCall
 	int64		lease;			/* the lease our key is queued on */
 	bool		fresh;			/* that lease was granted for this call */
 	int			granted_ttl;
-	char	   *held_key;		/* the session's own key on the name, or NULL */
 	LockRenewal renewal;
 	bool		got;
 } AcquireCall;
@@ -411,8 +410,7 @@ typedef struct AcquireCall
  * Take the lease the call queues its key on: the session lease of the
  * TTL, or, when the session already holds the name on it (the same key
  * cannot carry a second lock), a lease of this lock's own, revoked when
- * the lock is released; the session's key is then in held_key.  Sends the
- * session lease's renewal if due.
+ * the lock is released.  Sends the session lease's renewal if due.
  */
 static void
 acquire_lease(AcquireCall *c)
@@ -420,13 +418,11 @@ acquire_lease(AcquireCall *c)
 	c->lease = etcd_session_lease(c->ttl, &c->granted_ttl, &c->session_fresh);
 	c->fresh = c->session_fresh;
 	c->session_lease = c->lease;
-	c->held_key = NULL;
 	if (etcd_session_holds_key(c->lease, lock_key(c->name, c->lease)))
 	{
 		/* contend with our own key as any other session would */
 		TimestampTz asked_at = GetCurrentTimestamp();
 
-		c->held_key = lock_key(c->name, c->lease);
 		c->lease = etcd_lease_grant(c->ttl, &c->granted_ttl);
 		etcd_session_track(c->lease, 0, asked_at);
 		c->fresh = true;
@@ -459,7 +455,7 @@ acquire_steps(void *arg)
 	else if (!c->try_only)
 	{
 		etcd_lock_wait(c->name, key, c->lease, my_rev, c->granted_ttl,
-					   c->deadline, c->held_key);
+					   c->deadline);
 		if (c->lease != c->session_lease)
 			renew_session_lease_after_wait(c->session_lease);
 		c->got = true;

@@ -201,21 +201,6 @@ forget_predecessor(LockWait *w)
 }
 
 /*
- * Is the predecessor a key this session holds (on another lease: a second
- * TTL)?  Then the wait is on ourselves.
- */
-static bool
-predecessor_is_own(LockWait *w)
-{
-	int64		pred_lease;
-
-	if (w->pred == NULL)
-		return false;
-	pred_lease = etcd_lock_key_lease(w->pred);
-	return pred_lease > 0 && etcd_session_holds_key(pred_lease, w->pred);
-}
-
-/*
  * Start watching pred from the current revision (no start_revision: a
  * synced watcher, see the file header).
  */
@@ -226,14 +211,6 @@ start_watch(LockWait *w, const char *pred)
 	char	   *body;
 
 	w->pred = MemoryContextStrdup(w->cxt, pred);
-
-	/*
-	 * A request cut at the deadline from now on names our own key: a copy,
-	 * as w->pred is freed when the predecessor goes, and the deadline keeps
-	 * it until the call ends.
-	 */
-	if (predecessor_is_own(w))
-		etcd_call_deadline_own_key(MemoryContextStrdup(w->cxt, w->pred));
 	w->watch_ep = etcd_current_endpoint();
 	url = psprintf("%s/v3/watch", w->watch_ep);
 	body = psprintf("{\"create_request\":{\"key\":\"%s\"}}",
@@ -657,18 +634,19 @@ renew_if_due(LockWait *w)
 }
 
 /*
- * Raise the error for a wait whose wait_timeout passed.  held_key, or the
- * predecessor if it is a key this session holds, is this session's own
- * lock on the name: the wait was on itself (etcd_report_own_lock_timeout).
- * A request cut at the deadline says the same (etcd_call_deadline_own_key).
+ * Raise the error for a wait whose wait_timeout passed.  When this
+ * session holds a lock on the name already, the wait was on itself (a
+ * session does not reenter its locks), which the message must say
+ * (etcd_report_own_lock_timeout); a request cut at the deadline says the
+ * same (etcd_call_deadline_own_key).
  */
 static void
-report_wait_timeout(LockWait *w, const char *held_key)
+report_wait_timeout(LockWait *w)
 {
-	if (held_key != NULL)
-		etcd_report_own_lock_timeout(w->name, held_key);
-	if (predecessor_is_own(w))
-		etcd_report_own_lock_timeout(w->name, w->pred);
+	const char *own = etcd_session_key_on_name(w->name, w->key);
+
+	if (own != NULL)
+		etcd_report_own_lock_timeout(w->name, own);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
@@ -682,17 +660,17 @@ report_wait_timeout(LockWait *w, const char *held_key)
  * linearizable read found on return.  Keeps the lease alive every
  * third of its TTL, counted from its last renewal.  deadline is the
  * call's (its wait_timeout, which also cuts every request made meanwhile:
- * etcd_call_deadline_push); 0 waits forever.  held_key: a key of this
- * session's own under name (it holds the lock already), or NULL.  Raises
+ * etcd_call_deadline_push); 0 waits forever.  Raises
  * LF003 when our key or lease goes away, 55P03 when the deadline passes.
  * The requests in flight are released by
  * etcd_http_abort_all() in the caller's error cleanup, or here.
  */
 void
 etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
-			   int ttl, TimestampTz deadline, const char *held_key)
+			   int ttl, TimestampTz deadline)
 {
 	LockWait	w;
+	const char *own;
 	MemoryContext oldcxt;
 	MemoryContext round_cxt;
 
@@ -709,8 +687,16 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 									w.ka_interval_ms);
 	w.deadline = deadline;
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
-	if (held_key != NULL)
-		etcd_call_deadline_own_key(held_key);
+
+	/*
+	 * On a name this session holds, the wait is on ourselves: a request cut
+	 * at the deadline must say so too.  A copy, as the session frees its
+	 * key when the lock is lost, and the deadline keeps it to the call's
+	 * end.
+	 */
+	own = etcd_session_key_on_name(name, key);
+	if (own != NULL)
+		etcd_call_deadline_own_key(MemoryContextStrdup(w.cxt, own));
 
 	/* a wait may last for hours: each round's garbage goes at its end */
 	round_cxt = AllocSetContextCreate(CurrentMemoryContext,
@@ -722,7 +708,7 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 		MemoryContextReset(round_cxt);
 		/* before any request: one due after the deadline is not sent */
 		if (w.deadline != 0 && GetCurrentTimestamp() >= w.deadline)
-			report_wait_timeout(&w, held_key);
+			report_wait_timeout(&w);
 		if (w.pred == NULL && GetCurrentTimestamp() >= w.retry_at)
 		{
 			if (!watch_predecessor(&w))

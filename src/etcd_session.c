@@ -1008,6 +1008,30 @@ etcd_session_owns(int64 lease)
 }
 
 /*
+ * A key of a lock this backend holds (or has pending) on name, on any of
+ * its leases, other than except (the key a call waits with); NULL if
+ * none.  A lock key is "<name>/<lease hex>" (etcd_lock_key_lease), so the
+ * name is all before the key's last slash.
+ */
+const char *
+etcd_session_key_on_name(const char *name, const char *except)
+{
+	size_t		len = strlen(name);
+	int			i;
+
+	for (i = 0; i < n_locks; i++)
+	{
+		const char *key = locks[i].key;
+
+		if (strncmp(key, name, len) == 0 && key[len] == '/' &&
+			strchr(key + len + 1, '/') == NULL &&
+			(except == NULL || strcmp(key, except) != 0))
+			return key;
+	}
+	return NULL;
+}
+
+/*
  * Is key a lock this backend holds (or has pending) on lease?
  */
 bool
