@@ -142,8 +142,9 @@ etcd_call_deadline_push(TimestampTz deadline, const char *lock_name,
 }
 
 /*
- * The waiting call found that this session already holds its lock, with
- * key (which must outlive the pop): from now on a request cut at the
+ * The waiting call found that this session already holds a key in its
+ * lock's queue (etcd_session_key_on_name), key (which must outlive the
+ * pop): from now on a request cut at the
  * deadline raises the 55P03 of a wait on itself
  * (etcd_report_own_lock_timeout), whichever request it was.  Such a call
  * can only end at its deadline, and on a loaded machine the deadline
@@ -209,22 +210,36 @@ etcd_call_deadline_report(const char *what, const char *failure,
 }
 
 /*
- * Raise the 55P03 of a call whose wait_timeout passed while it waited for
- * a lock this session already holds, with key own_key: a session does
- * not reenter its locks, so the wait was on itself, which the message
- * must say (issue 17, item 16).
+ * Raise the 55P03 of a call whose wait_timeout passed while this session
+ * held own_key, a key in the queue of lock_name (etcd_session_key_on_name):
+ * a session does not reenter its locks, so the wait was on itself, which
+ * the message must say (issue 17, item 16).  own_key is a key of the name
+ * itself, or of a longer name under it ("<name>/x"), which etcd's queue
+ * counts too.
  */
 void
 etcd_report_own_lock_timeout(const char *lock_name, const char *own_key)
 {
+	size_t		len = strlen(lock_name);
+
+	/* a key of the name itself: "<name>/<lease hex>", no slash after */
+	if (strchr(own_key + len + 1, '/') == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
+						lock_name),
+				 errdetail("This session already holds the lock, with key \"%s\": a session that locks a name again waits for itself like any other session would.",
+						   own_key),
+				 errhint("Use the lock this session holds, or release it with lockfence.etcd_unlock('%s') before locking the name again.",
+						 own_key)));
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("could not obtain etcd lock \"%s\" within wait_timeout",
 					lock_name),
-			 errdetail("This session already holds the lock, with key \"%s\": a session that locks a name again waits for itself like any other session would.",
-					   own_key),
-			 errhint("Use the lock this session holds, or release it with lockfence.etcd_unlock('%s') before locking the name again.",
-					 own_key)));
+			 errdetail("This session holds the key \"%s\", which is in the queue of \"%s\": a lock waits for every older key under its name and a slash, as with etcd's own clients, so the wait was on this session.",
+					   own_key, lock_name),
+			 errhint("Release it with lockfence.etcd_unlock('%s') before locking \"%s\", or use names that are not prefixes of one another followed by a slash.",
+					 own_key, lock_name)));
 	pg_unreachable();
 }
 

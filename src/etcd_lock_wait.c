@@ -635,8 +635,9 @@ renew_if_due(LockWait *w)
 
 /*
  * Raise the error for a wait whose wait_timeout passed.  When this
- * session holds a lock on the name already, the wait was on itself (a
- * session does not reenter its locks), which the message must say
+ * session holds a key in the name's queue already (its lock on the name,
+ * or one on a longer name under it), the wait was on itself (a session
+ * does not reenter its locks), which the message must say
  * (etcd_report_own_lock_timeout); a request cut at the deadline says the
  * same (etcd_call_deadline_own_key).
  */
@@ -689,7 +690,7 @@ etcd_lock_wait(const char *name, const char *key, int64 lease, int64 my_rev,
 	etcd_retry_init(&w.retry, etcd_request_timeout_ms, true);
 
 	/*
-	 * On a name this session holds, the wait is on ourselves: a request cut
+	 * Behind a key this session holds, the wait is on ourselves: a request cut
 	 * at the deadline must say so too.  A copy, as the session frees its
 	 * key when the lock is lost, and the deadline keeps it to the call's
 	 * end.

@@ -1008,10 +1008,12 @@ etcd_session_owns(int64 lease)
 }
 
 /*
- * A key of a lock this backend holds (or has pending) on name, on any of
- * its leases, other than except (the key a call waits with); NULL if
- * none.  A lock key is "<name>/<lease hex>" (etcd_lock_key_lease), so the
- * name is all before the key's last slash.
+ * A key this backend holds (or has pending), on any of its leases, in the
+ * queue of the lock name, other than except (the key a call waits with);
+ * NULL if none.  The queue is every key under "<name>/", as for etcd's
+ * own clients: the keys of name itself ("<name>/<lease hex>") and those of
+ * longer names such as "<name>/x".  Such a key is older than the caller's,
+ * so a wait on name waits for this session as long as it holds it.
  */
 const char *
 etcd_session_key_on_name(const char *name, const char *except)
@@ -1024,7 +1026,6 @@ etcd_session_key_on_name(const char *name, const char *except)
 		const char *key = locks[i].key;
 
 		if (strncmp(key, name, len) == 0 && key[len] == '/' &&
-			strchr(key + len + 1, '/') == NULL &&
 			(except == NULL || strcmp(key, except) != 0))
 			return key;
 	}

@@ -155,6 +155,31 @@ $holder->quit;
 		like($r->{hint} // '', qr/etcd_unlock\('\Q$skey\E'\)/,
 			"$what: the hint says how to release it") or diag explain $r;
 	}
+	# A key of a longer name is in the queue too: etcd's clients queue a
+	# lock behind every key under "<name>/", so "n7/x/<lease>" is ahead of
+	# a wait on "n7", and this session waits for itself there as well.
+	# Between requests and with the read of the queue cut, as above.
+	my $xkey = $self->query_safe("SELECT key FROM lockfence.etcd_lock('n7/x', 30, '5s')");
+	for my $cut (0, 1)
+	{
+		my $what = "own key of a longer name" . ($cut ? ', read of the queue cut' : '');
+		my $faults = $p1->hits->{faults} // 0;
+		if ($cut)
+		{
+			$p1->set(path => '/v3/kv/txn', mode => 'mutate', ops => [], times => 1);
+			$p1->set(path => '/v3/kv/txn', mode => 'hang', times => 1);
+		}
+		$r = LockfenceTest::EtcdCluster::sql_try($self,
+			"SELECT * FROM lockfence.etcd_lock('n7', 30, '1s')");
+		$p1->clear;
+		is(($p1->hits->{faults} // 0) - $faults, $cut ? 2 : 0, "$what: faults");
+		is($r->{sqlstate}, '55P03', "$what: 55P03") or diag explain $r;
+		like($r->{detail} // '', qr/^This session holds the key "\Q$xkey\E", which is in the queue of "n7"/,
+			"$what: the detail names this session's key") or diag explain $r;
+		like($r->{hint} // '', qr/etcd_unlock\('\Q$xkey\E'\)/,
+			"$what: the hint says how to release it") or diag explain $r;
+	}
+	is($self->query_safe("SELECT lockfence.etcd_unlock('$xkey')"), 't', 'longer name released');
 	# another session's lock still reads as before
 	my $other = LockfenceTest::EtcdCluster::session($node);
 	# authenticated first: the 1 s wait is for the lock, not for bcrypt
