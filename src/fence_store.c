@@ -288,21 +288,31 @@ fence_read(const char *resource, bool latest, FenceRow *row, bool *in_spi,
  * Under REPEATABLE READ and SERIALIZABLE the row was read as the
  * transaction's snapshot sees it.  A check that would accept must not
  * build on a token that a transaction committed since then has replaced
- * (or on a row it inserted or deleted): that is a serialization failure,
- * as locking such a row raises.  (Under READ COMMITTED the snapshot was
- * taken after the resource lock, and is current.)
+ * (or on a row it inserted or deleted), nor on a row whose newest version
+ * the same check would refuse: the same token with its lease released
+ * or expired since, or with another holder.  Either is a serialization
+ * failure, as locking such a row raises.  (A renewal that leaves the
+ * lease valid is not: a lease holder may renew from another connection
+ * while it writes.  Under READ COMMITTED the snapshot was taken after
+ * the resource lock, and is current.)
  */
 static void
-fence_check_serializable(const char *resource, bool found, const FenceRow *row,
-						 bool *in_spi, FenceStoreState *state)
+fence_check_serializable(const char *resource, int64 token,
+						 const char *holder, bool must_advance, bool found,
+						 const FenceRow *row, bool *in_spi,
+						 FenceStoreState *state)
 {
 	FenceRow	latest;
 	bool		latest_found;
+	FenceOutcome judged;
 
 	if (!IsolationUsesXactSnapshot())
 		return;
 	latest_found = fence_read(resource, true, &latest, in_spi, state);
-	if (latest_found != found || (found && latest.token != row->token))
+	if (latest_found != found ||
+		(found && (latest.token != row->token ||
+				   fence_decide(&latest, token, holder, must_advance,
+								&judged) == FENCE_ACTION_REFUSE)))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent update")));
@@ -402,7 +412,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		action = fence_decide(found ? &row : NULL, token, holder,
 							  must_advance, outcome);
 		if (action != FENCE_ACTION_REFUSE)
-			fence_check_serializable(resource, found, &row, &in_spi, &state);
+			fence_check_serializable(resource, token, holder, must_advance,
+									 found, &row, &in_spi, &state);
 
 		if (action == FENCE_ACTION_REFUSE)
 		{
