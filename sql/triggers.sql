@@ -456,3 +456,56 @@ UPDATE inline_w SET v = 100, tok = 6 WHERE id = 1;
 UPDATE inline_w SET v = 100, tok = lockfence.fence('inl', 7) WHERE id = 2;
 SELECT lockfence.current_token('inl');
 SELECT id, v, tok FROM inline_w;
+-- 7. a BEFORE ROW trigger that fires after lockfence's (name order) could
+-- change a row the fence has checked: every write is refused until it is
+-- renamed to fire before, where the fence judges the row it leaves.
+CREATE TABLE late_t (id int PRIMARY KEY, tenant text, v int);
+SELECT lockfence.protect('late_t', resource_column => 'tenant');
+CREATE FUNCTION retarget() RETURNS trigger LANGUAGE plpgsql
+  AS $$BEGIN NEW.tenant := 'victim'; RETURN NEW; END$$;
+CREATE TRIGGER zzz_retarget BEFORE INSERT OR UPDATE ON late_t
+  FOR EACH ROW EXECUTE FUNCTION retarget();
+BEGIN;
+SELECT lockfence.fence('attacker', 1);
+INSERT INTO late_t VALUES (1, 'attacker', 0);
+ROLLBACK;
+-- also when it fires only with a WHEN condition; not when disabled
+ALTER TABLE late_t DISABLE TRIGGER zzz_retarget;
+BEGIN;
+SELECT lockfence.fence('attacker', 1);
+INSERT INTO late_t VALUES (1, 'attacker', 0);
+COMMIT;
+ALTER TABLE late_t ENABLE TRIGGER zzz_retarget;
+DROP TRIGGER zzz_retarget ON late_t;
+CREATE TRIGGER zzz_when BEFORE UPDATE ON late_t
+  FOR EACH ROW WHEN (OLD.v = 42) EXECUTE FUNCTION retarget();
+BEGIN;
+SELECT lockfence.fence('attacker', 1);
+UPDATE late_t SET v = 1 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+DROP TRIGGER zzz_when ON late_t;
+-- lockfence.check() reports it
+CREATE TRIGGER zzz_retarget BEFORE INSERT OR UPDATE ON late_t
+  FOR EACH ROW EXECUTE FUNCTION retarget();
+SELECT severity, finding, detail FROM lockfence.check()
+ WHERE finding = 'trigger_invalid' AND detail LIKE '%late_t%';
+-- a BEFORE DELETE trigger cannot change a row: allowed
+DROP TRIGGER zzz_retarget ON late_t;
+CREATE TRIGGER zzz_del BEFORE DELETE ON late_t
+  FOR EACH ROW EXECUTE FUNCTION retarget();
+BEGIN;
+SELECT lockfence.fence('attacker', 1);
+UPDATE late_t SET v = 2 WHERE id = 1;
+COMMIT;
+DROP TRIGGER zzz_del ON late_t;
+-- renamed to fire first: the fence judges the retargeted row, for which
+-- this transaction holds no token
+CREATE TRIGGER a_retarget BEFORE INSERT OR UPDATE ON late_t
+  FOR EACH ROW EXECUTE FUNCTION retarget();
+BEGIN;
+SELECT lockfence.fence('attacker', 1);
+INSERT INTO late_t VALUES (2, 'attacker', 0);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT id, tenant, v FROM late_t ORDER BY id;

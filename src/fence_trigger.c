@@ -173,6 +173,50 @@ fence_trigger_check_definition(Trigger *trigger, Relation rel)
 				 errdetail("A TRUNCATE the condition skips would proceed without a token.")));
 }
 
+/*
+ * Refuse a table where another BEFORE ROW trigger on INSERT or UPDATE
+ * fires after this one.  BEFORE ROW triggers fire in name order, each on
+ * the row the one before returned: a later one could change the resource
+ * or the token column of a row the fence has already judged, and the
+ * table would store a row no fence checked.  (Earlier ones are fine: the
+ * fence judges the row they leave.)  Another lockfence trigger returns
+ * its row unchanged.  A disabled trigger does not count; one with a WHEN
+ * condition or a column list does, as it may fire.
+ */
+static void
+fence_trigger_check_order(Trigger *trigger, Relation rel)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+	bool		after_self = false;
+	int			i;
+
+	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *other = &trigdesc->triggers[i];
+
+		if (other->tgoid == trigger->tgoid)
+		{
+			after_self = true;
+			continue;
+		}
+		if (!after_self || other->tgenabled == TRIGGER_DISABLED ||
+			other->tgfoid == trigger->tgfoid ||
+			!TRIGGER_FOR_ROW(other->tgtype) ||
+			!TRIGGER_FOR_BEFORE(other->tgtype) ||
+			!(TRIGGER_FOR_INSERT(other->tgtype) ||
+			  TRIGGER_FOR_UPDATE(other->tgtype)))
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("trigger \"%s\" on table \"%s\" fires after lockfence trigger \"%s\"",
+						other->tgname, RelationGetRelationName(rel),
+						trigger->tgname),
+				 errdetail("BEFORE ROW triggers fire in name order: a later one could change a row after the fence checked it."),
+				 errhint("Rename trigger \"%s\" so that its name sorts before \"%s\", or drop it.",
+						 other->tgname, trigger->tgname)));
+	}
+}
+
 /* What a column named in a trigger argument is used for. */
 typedef enum FenceColumnUse
 {
@@ -365,6 +409,8 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	char	   *values[NUM_KEYS] = {NULL};
 
 	fence_trigger_check_definition(trigger, rel);
+	if (TRIGGER_FOR_ROW(trigger->tgtype))
+		fence_trigger_check_order(trigger, rel);
 	fence_trigger_parse_args(trigger, values, mcxt);
 
 	config = MemoryContextAllocZero(mcxt, sizeof(FenceTriggerConfig));
