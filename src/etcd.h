@@ -282,6 +282,7 @@ extern void etcd_session_lock_acquired(int64 lease, const char *key,
 									   int64 token);
 extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
 extern void etcd_session_lock_released(const char *key);
+extern void etcd_session_lock_found_gone(const char *key);
 extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);

@@ -693,9 +693,13 @@ unlock_own_key(const char *key, int64 lease)
 	OwnKeyDelete d = {key, lease, false};
 
 	lockfence_run_with_cleanup(delete_own_key, delete_own_key_after_error, &d);
-	etcd_session_lock_released(key);
 	if (!d.deleted)
+	{
+		/* a lock this transaction fenced with still fails its commit */
+		etcd_session_lock_found_gone(key);
 		return unlock_gone(key, "The lock was lost when its lease expired.");
+	}
+	etcd_session_lock_released(key);
 	return true;
 }
 

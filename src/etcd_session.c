@@ -576,6 +576,34 @@ forget_fenced(bool all, SubTransactionId subid)
 }
 
 /*
+ * A lock this transaction fenced with (or named) is lost: its commit check
+ * fails (LF003, naming the first such key) and PREPARE is refused, whether
+ * the loss was found by a renewal or by an unlock that found the key gone.
+ */
+static void
+mark_lost(HeldLock *l)
+{
+	if ((l->fenced || l->named) && !lost_fenced && !lost_named)
+		strlcpy(lost_key, l->key, sizeof(lost_key));
+	lost_fenced |= l->fenced;
+	lost_named |= l->named;
+}
+
+/*
+ * Forget a lock whose key an unlock found gone (its lease expired or was
+ * revoked): lost, as for the commit check (mark_lost), then released.
+ */
+void
+etcd_session_lock_found_gone(const char *key)
+{
+	HeldLock   *l = find_lock(key);
+
+	if (l != NULL)
+		mark_lost(l);
+	etcd_session_lock_released(key);
+}
+
+/*
  * Forget a lock whose key was deleted (or found gone).  A lease that no
  * longer takes new locks is revoked once its last lock is released.
  */
@@ -982,10 +1010,7 @@ etcd_session_untrack(int64 lease)
 	{
 		if (locks[i].lease != lease)
 			continue;
-		if ((locks[i].fenced || locks[i].named) && !lost_fenced && !lost_named)
-			strlcpy(lost_key, locks[i].key, sizeof(lost_key));
-		lost_fenced |= locks[i].fenced;
-		lost_named |= locks[i].named;
+		mark_lost(&locks[i]);
 		forget_lock(i);
 	}
 	for (i = 0; i < n_leases; i++)

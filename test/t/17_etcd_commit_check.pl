@@ -243,6 +243,39 @@ $s->query_safe('INSERT INTO cc_t VALUES (11)');
 $r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
 ok($r->{ok}, '... the next transaction is not affected') or diag explain $r;
 
+# the same when an etcd_unlock finds the lock gone: it forgot the lock
+# (with a NOTICE) and the commit went through unchecked, where without the
+# unlock it failed; PREPARE was accepted too
+for my $end ('COMMIT', "PREPARE TRANSACTION 'cc_unl'")
+{
+	my ($uk, $ulease, $utok) = split /\|/,
+	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/unl', 47)");
+	$s->query_safe('BEGIN');
+	$s->query_safe("SELECT lockfence.fence('cc-unl', $utok, '$uk')");
+	$s->query_safe('INSERT INTO cc_t VALUES (12)');
+	$etcd->etcdctl('lease', 'revoke', sprintf('%x', $ulease));
+	$r = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_unlock('$uk')");
+	like($r->{stderr} // '', qr/NOTICE:.*does not exist/, "$end: the unlock finds the lock gone")
+	  or diag explain $r;
+	$r = LockfenceTest::EtcdCluster::sql_try($s, $end);
+	if ($end eq 'COMMIT')
+	{
+		is($r->{sqlstate}, 'LF003', 'all_fenced: a lock an unlock found gone fails the commit')
+		  or diag explain $r;
+		like($r->{message} // '', qr/\Q$uk\E/, '... naming the lock');
+	}
+	else
+	{
+		is($r->{sqlstate}, '0A000', 'a lock an unlock found gone: PREPARE refused') or diag explain $r;
+		like($r->{message} // '', qr/\Q$uk\E/, '... naming the lock');
+		LockfenceTest::EtcdCluster::sql_try($s, 'ROLLBACK');
+	}
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 12'), '0',
+		"$end: nothing of it was written");
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0',
+		"$end: nothing prepared");
+}
+
 # --- issue 17, item 2: no PREPARE after fencing with an etcd lock ----------------
 sub prepare_refused
 {
