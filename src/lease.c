@@ -545,6 +545,17 @@ lease_attempt(const char *func, const char *name, const char *holder,
 		result = lease_attempt_spi(func, name, holder, ttl, wait, deadline,
 								   &prev, row);
 
+	/*
+	 * The server chose this token: it must not be chosen again.  Under
+	 * synchronous_commit = off a crash can lose a commit already
+	 * acknowledged, and the next grant would hand the same token to a
+	 * second holder.  (A lost fence advance is lost with everything after
+	 * it; a lost grant is given out again.)  So a grant's commit is
+	 * flushed whatever the setting says.
+	 */
+	if (result == LEASE_ATTEMPT_GRANTED)
+		ForceSyncCommit();
+
 	/* The grant ended an expired lease (a released one was counted). */
 	if (result == LEASE_ATTEMPT_GRANTED && prev.leased &&
 		prev.lease_expires_at != DT_NOBEGIN)

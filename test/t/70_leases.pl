@@ -8,7 +8,8 @@
 #   gets a higher token, the old holder's later writes are rejected, and in
 #   commit order no two holders' writes interleave; paused inside a
 #   fencing transaction, it holds the successor back until it ends;
-# - tokens only grow, across a crash (pg_ctl stop -m immediate);
+# - tokens only grow, across a crash (pg_ctl stop -m immediate), and a
+#   grant acknowledged under synchronous_commit = off is not lost by one;
 # - a first grant of a name in a prepared transaction: lease_try_acquire
 #   does not wait for it, lease_acquire's wait_timeout bounds the wait
 #   (55P03), as for any uncommitted first grant (test/specs/
@@ -281,6 +282,38 @@ is($node->safe_psql('postgres',
 my $after = $node->safe_psql('postgres',
 	"SELECT token FROM lockfence.lease_acquire('crash', '1 min', 'z')");
 ok($after > $before, "the next grant is higher ($after > $before)");
+
+# --- an acknowledged grant survives a crash, whatever synchronous_commit --
+# Under synchronous_commit = off a commit is acknowledged before its WAL
+# is written; the WAL writer (its delay raised to 10 s here) writes it
+# later.  A grant lost that way would be handed out again, to a second
+# holder: lockfence flushes a grant's commit regardless.  An unrelated
+# INSERT after it, also asynchronous, shows what the crash would lose.
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET wal_writer_delay = '10s';
+	SELECT pg_reload_conf();});
+$node->poll_query_until('postgres', "SELECT current_setting('wal_writer_delay') = '10s'")
+  or die 'wal_writer_delay not reloaded';
+my $async_tok = $node->safe_psql('postgres', q{
+	SET synchronous_commit = off;
+	SELECT token FROM lockfence.lease_acquire('async', '1 hour', 'a');});
+$node->safe_psql('postgres', q{
+	SET synchronous_commit = off;
+	INSERT INTO pending VALUES (-1);});
+$node->stop('immediate');
+$node->start;
+is($node->safe_psql('postgres',
+	"SELECT token FROM lockfence.fences WHERE resource = 'async' AND lease_expires_at > now()"),
+	$async_tok, 'an acknowledged grant under synchronous_commit = off survives a crash');
+is($node->safe_psql('postgres',
+	"SELECT count(*) FROM lockfence.lease_try_acquire('async', '1 min', 'b') WHERE token IS NOT NULL"),
+	'0', '... and its token is not granted again');
+note('the asynchronous INSERT after it was '
+	  . ($node->safe_psql('postgres', 'SELECT count(*) FROM pending WHERE t = -1') eq '0'
+		? 'lost' : 'kept') . ' by the crash');
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM RESET wal_writer_delay;
+	SELECT pg_reload_conf();});
 
 # --- a prepared first grant -------------------------------------------------
 
