@@ -173,6 +173,9 @@ DROP SCHEMA evil CASCADE;
 -- endpoint is configured here): its lock key is the fence's holder, so
 -- the name must leave room for "/" and 16 hex digits
 SELECT lockfence.etcd_lock_and_fence(repeat('n', 239), 'r');
+-- also beyond any etcd lock name's limit (1024 bytes): the same 22001
+SELECT lockfence.etcd_lock_and_fence(repeat('n', 2000), 'r');
+\echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.etcd_lock_and_fence('n', NULL);
 
 -- the fence table is dumped with the data

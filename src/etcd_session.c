@@ -661,7 +661,11 @@ etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
 	{
 		if (etcd_lease_delete_key(lease, key, budget_ms, true, &deleted))
 		{
-			etcd_session_lock_released(key);
+			/* gone already: lost, if the transaction fenced with it */
+			if (deleted)
+				etcd_session_lock_released(key);
+			else
+				etcd_session_lock_found_gone(key);
 			RESUME_INTERRUPTS();
 			return;
 		}

@@ -306,9 +306,10 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	resource = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	ttl = PG_GETARG_INT32(2);
+	/* the holder's limit first: 22001 for any name too long, as documented */
+	etcd_lock_check_holder_name(name);
 	etcd_lock_check_args(name, ttl);
 	lockfence_validate_resource(resource);
-	etcd_lock_check_holder_name(name);
 	wait_ms = wait_timeout_ms(fcinfo, 3);
 	/* 1.2 SQL has scope, defaulting to 'transaction'; older SQL had none */
 	xact_scope = xact_scope_arg(fcinfo, 4, false);

@@ -276,6 +276,30 @@ for my $end ('COMMIT', "PREPARE TRANSACTION 'cc_unl'")
 		"$end: nothing prepared");
 }
 
+# ... and when the unlock's request fails (an unreadable reply), and the
+# quiet retry of its error cleanup finds the key gone: the error caught,
+# the commit still fails
+{
+	my ($uk, $ulease, $utok) = split /\|/,
+	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/unl2', 48)");
+	$s->query_safe('BEGIN');
+	$s->query_safe("SELECT lockfence.fence('cc-unl2', $utok, '$uk')");
+	$s->query_safe('INSERT INTO cc_t VALUES (13)');
+	$etcd->etcdctl('lease', 'revoke', sprintf('%x', $ulease));
+	$fault->set(path => '/v3/kv/txn', mode => 'invalid_json', times => 1);
+	$r = LockfenceTest::EtcdCluster::sql_try($s,
+		"DO \$\$ BEGIN PERFORM lockfence.etcd_unlock('$uk'); "
+		  . "EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'unlock failed: %', SQLSTATE; END \$\$");
+	$fault->clear;
+	like($r->{stderr} // '', qr/unlock failed: 08P01/, 'the unlock failed (08P01), the error caught')
+	  or diag explain $r;
+	$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+	is($r->{sqlstate}, 'LF003', 'all_fenced: the lock its cleanup found gone fails the commit')
+	  or diag explain $r;
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 13'), '0',
+		'... and nothing of it was written');
+}
+
 # --- issue 17, item 2: no PREPARE after fencing with an etcd lock ----------------
 sub prepare_refused
 {
