@@ -153,4 +153,16 @@ lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 #define lf_guc_free(ptr) free(ptr)
 #endif
 
+/*
+ * May roleid execute function funcoid?  16 replaced pg_proc_aclcheck with
+ * the catalog-generic object_aclcheck.
+ */
+#if PG_VERSION_NUM >= 160000
+#define lf_proc_aclcheck(funcoid, roleid, mode) \
+	object_aclcheck(ProcedureRelationId, (funcoid), (roleid), (mode))
+#else
+#define lf_proc_aclcheck(funcoid, roleid, mode) \
+	pg_proc_aclcheck((funcoid), (roleid), (mode))
+#endif
+
 #endif							/* LOCKFENCE_COMPAT_H */

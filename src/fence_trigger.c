@@ -65,11 +65,16 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "parser/parse_relation.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -80,6 +85,7 @@
 #include "utils/rel.h"
 
 #include "citus_guard.h"
+#include "compat.h"
 #include "lockfence.h"
 #include "metrics.h"
 #include "relcache_callbacks.h"
@@ -786,6 +792,37 @@ fence_trigger_holder(FenceTriggerConfig *config, TriggerData *trigdata,
 }
 
 /*
+ * A row token the transaction has not fenced is a fence check that may
+ * advance the fence, as lockfence.fence() does, and fence() is not
+ * PUBLIC's (since 1.4).  Any role may put a lockfence trigger on a table
+ * it owns (a temporary one will do): the trigger lets a row advance a
+ * fence only when the table's owner may execute
+ * lockfence.fence(text, bigint, text).  Protecting a table hands that
+ * right to the roles that may write it; it cannot create it.
+ */
+static void
+fence_trigger_check_owner_may_fence(Relation rel, const char *resource)
+{
+	Oid			owner = rel->rd_rel->relowner;
+	Oid			argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
+	Oid			fence_fn;
+
+	fence_fn = LookupFuncName(list_make2(makeString("lockfence"),
+										 makeString("fence")),
+							  3, argtypes, true);
+	if (OidIsValid(fence_fn) &&
+		lf_proc_aclcheck(fence_fn, owner, ACL_EXECUTE) == ACLCHECK_OK)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to fence resource \"%s\" with a token from a row of table \"%s\"",
+					resource, RelationGetRelationName(rel)),
+			 errdetail("A row token this transaction has not fenced is checked as lockfence.fence() would, and the table's owner, role \"%s\", may not execute lockfence.fence(text, bigint, text).",
+					   GetUserNameFromId(owner, false)),
+			 errhint("Grant it to the table's owner (lockfence.grant_usage), or call lockfence.fence() in the transaction before writing.")));
+}
+
+/*
  * Fence one resource for a row write.  The token is the row's own when the
  * write presents one (see fence_trigger_presented_token), else this
  * transaction's for the resource.  Returns true only when a token was
@@ -803,6 +840,8 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 	if (presented)
 	{
 		holder = fence_trigger_holder(config, trigdata, tuple);
+		if (!fence_cache_covers(resource, token, holder))
+			fence_trigger_check_owner_may_fence(rel, resource);
 		switch (lockfence_check(resource, token, holder, true, &outcome))
 		{
 			case FENCE_ACCEPTED:

@@ -7,7 +7,9 @@
 # or release another's lease.  lockfence.grant_usage(role) gives an
 # application role exactly these, and the README's examples then work.
 # Writing a protected table needs no grant (the trigger runs for any
-# writer), and revoke_usage() takes the grant back.
+# writer), but a row token advances a fence only through a table whose
+# owner may fence (not through a role's own table with the trigger), and
+# revoke_usage() takes the grant back.
 
 use strict;
 use warnings;
@@ -81,6 +83,43 @@ is($out, 't|t', 'without the grant, current_token() and the fence table are read
 like($err, qr/LF002/, 'a tokenless write by a role without the grant is refused (LF002)');
 ($rc, $out, $err) = run_as('intruder', "INSERT INTO jobs VALUES (1, @{[ $token - 1 ]})");
 like($err, qr/LF001/, '... and a stale row token (LF001): the trigger runs without EXECUTE grants');
+
+# But a row can advance a fence only through a table whose owner may
+# fence: any role may put the trigger on a table of its own (a temporary
+# one: PUBLIC may create those), and a higher row token there would lock
+# any holder out, as fence() would.
+for my $res ('jobs', 'fresh')
+{
+	($rc, $out, $err) = run_as('intruder', qq{
+CREATE TEMP TABLE mine (r text, tok bigint);
+CREATE TRIGGER zz BEFORE INSERT OR UPDATE OR DELETE ON mine FOR EACH ROW
+  EXECUTE FUNCTION lockfence.fence_trigger('resource_column=r', 'token_column=tok');
+INSERT INTO mine VALUES ('$res', 9223372036854775807);});
+	like($err, qr/ERROR:  42501: permission denied to fence resource "$res" with a token from a row of table "mine"/,
+		"a row token in the intruder's own table with the trigger: refused (42501), resource $res")
+	  or diag $err;
+}
+is( $node->safe_psql('postgres',
+		"SELECT token = $token AND lease_expires_at > now() FROM lockfence.fences WHERE resource = 'jobs'"),
+	't', '... the holder\'s lease is untouched');
+is($node->safe_psql('postgres', "SELECT count(*) FROM lockfence.fences WHERE resource = 'fresh'"),
+	'0', '... and no fence was created');
+# The owner's right is what counts, not the writer's: a table owned by a
+# role without the grant refuses a row token; granted, its writers (who
+# have no grant themselves) may advance its fence with one.
+$node->safe_psql('postgres', q{
+CREATE ROLE owner2;
+CREATE TABLE jobs2 (id int, token bigint);
+ALTER TABLE jobs2 OWNER TO owner2;
+SELECT lockfence.protect('jobs2', resource => 'jobs2', token_column => 'token');
+GRANT INSERT ON jobs2 TO intruder;});
+($rc, $out, $err) = run_as('intruder', 'INSERT INTO jobs2 VALUES (1, 5)');
+like($err, qr/ERROR:  42501: permission denied to fence resource "jobs2".*\n.*role "owner2", may not execute lockfence.fence/,
+	'owner without the grant: a row token is refused (42501), naming the owner') or diag $err;
+$node->safe_psql('postgres', "SELECT lockfence.grant_usage('owner2')");
+($rc, $out, $err) = run_as('intruder', 'INSERT INTO jobs2 VALUES (1, 5)');
+is($rc, 0, 'owner granted: a writer without a grant advances the fence with a row token') or diag $err;
+is($node->safe_psql('postgres', "SELECT lockfence.current_token('jobs2')"), '5', '... to 5');
 
 # The documented statement: one call.
 $node->safe_psql('postgres', "SELECT lockfence.grant_usage('app')");
