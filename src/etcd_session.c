@@ -674,8 +674,12 @@ etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
 	{
 		HeldLock   *l = find_lock(key);
 
+		/* not deleted, its lease going: lost, for the commit check too */
 		if (l != NULL)
+		{
+			mark_lost(l);
 			forget_lock(l - locks);
+		}
 	}
 	left = Max((long) ((deadline - GetCurrentTimestamp()) / 1000), 1L);
 	etcd_session_retire(lease);

@@ -71,8 +71,6 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "nodes/value.h"
-#include "parser/parse_func.h"
 #include "parser/parse_relation.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -83,10 +81,12 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "citus_guard.h"
 #include "compat.h"
 #include "lockfence.h"
+#include "lockfence_schema.h"
 #include "metrics.h"
 #include "relcache_callbacks.h"
 
@@ -807,9 +807,11 @@ fence_trigger_check_owner_may_fence(Relation rel, const char *resource)
 	Oid			argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
 	Oid			fence_fn;
 
-	fence_fn = LookupFuncName(list_make2(makeString("lockfence"),
-										 makeString("fence")),
-							  3, argtypes, true);
+	/* by the schema's OID: the writer needs no USAGE on it */
+	fence_fn = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+							   CStringGetDatum("fence"),
+							   PointerGetDatum(buildoidvector(argtypes, 3)),
+							   ObjectIdGetDatum(lockfence_schema_oid()));
 	if (OidIsValid(fence_fn) &&
 		lf_proc_aclcheck(fence_fn, owner, ACL_EXECUTE) == ACLCHECK_OK)
 		return;

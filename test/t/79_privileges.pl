@@ -120,6 +120,11 @@ $node->safe_psql('postgres', "SELECT lockfence.grant_usage('owner2')");
 ($rc, $out, $err) = run_as('intruder', 'INSERT INTO jobs2 VALUES (1, 5)');
 is($rc, 0, 'owner granted: a writer without a grant advances the fence with a row token') or diag $err;
 is($node->safe_psql('postgres', "SELECT lockfence.current_token('jobs2')"), '5', '... to 5');
+# the check needs nothing of the writer: not even USAGE on the schema
+$node->safe_psql('postgres', 'REVOKE USAGE ON SCHEMA lockfence FROM PUBLIC');
+($rc, $out, $err) = run_as('intruder', 'INSERT INTO jobs2 VALUES (2, 6)');
+is($rc, 0, '... also without USAGE on schema lockfence') or diag $err;
+$node->safe_psql('postgres', 'GRANT USAGE ON SCHEMA lockfence TO PUBLIC');
 
 # The documented statement: one call.
 $node->safe_psql('postgres', "SELECT lockfence.grant_usage('app')");
