@@ -299,6 +299,27 @@ for my $end ('COMMIT', "PREPARE TRANSACTION 'cc_unl'")
 	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 13'), '0',
 		'... and nothing of it was written');
 }
+# ... and when neither the unlock's request nor its quiet retry gets an
+# answer it can read (the key's fate unknown): the lock counts as lost
+{
+	my ($uk, $ulease, $utok) = split /\|/,
+	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/unl3', 49)");
+	$s->query_safe('BEGIN');
+	$s->query_safe("SELECT lockfence.fence('cc-unl3', $utok, '$uk')");
+	$s->query_safe('INSERT INTO cc_t VALUES (14)');
+	$fault->set(path => '/v3/kv/txn', mode => 'invalid_json', times => 2);
+	$r = LockfenceTest::EtcdCluster::sql_try($s,
+		"DO \$\$ BEGIN PERFORM lockfence.etcd_unlock('$uk'); "
+		  . "EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'unlock failed: %', SQLSTATE; END \$\$");
+	$fault->clear;
+	like($r->{stderr} // '', qr/unlock failed: 08P01/, 'the unlock and its retry failed, the error caught')
+	  or diag explain $r;
+	$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
+	is($r->{sqlstate}, 'LF003', 'all_fenced: a lock whose key could not be deleted fails the commit')
+	  or diag explain $r;
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 14'), '0',
+		'... and nothing of it was written');
+}
 
 # --- issue 17, item 2: no PREPARE after fencing with an etcd lock ----------------
 sub prepare_refused
