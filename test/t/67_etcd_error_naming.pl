@@ -122,11 +122,15 @@ $holder->quit;
 # queues on another session lease (another TTL).
 {
 	my $self = LockfenceTest::EtcdCluster::session($node);
+	# 3 s: under load the requests before the wait took over 1 s, and a
+	# deadline there is not a wait on the session's own key yet (CI run
+	# of 7bbeca8 under stress-ng, on 18)
+	my $own_wait = '3s';
 	my $skey = $self->query_safe("SELECT key FROM lockfence.etcd_lock('n6', 30, '5s')");
 	for my $ttl (30, 40)
 	{
 		$r = LockfenceTest::EtcdCluster::sql_try($self,
-			"SELECT * FROM lockfence.etcd_lock('n6', $ttl, '1s')");
+			"SELECT * FROM lockfence.etcd_lock('n6', $ttl, '$own_wait')");
 		is($r->{sqlstate}, '55P03', "own lock, TTL $ttl: 55P03") or diag explain $r;
 		like($r->{detail} // '', qr/^This session already holds the lock, with key "\Q$skey\E"/,
 			"own lock, TTL $ttl: the detail names this session and its key") or diag explain $r;
@@ -146,7 +150,7 @@ $holder->quit;
 		$p1->set(path => '/v3/kv/txn', mode => 'mutate', ops => [], times => 1);
 		$p1->set(path => '/v3/kv/txn', mode => 'hang', times => 1);
 		$r = LockfenceTest::EtcdCluster::sql_try($self,
-			"SELECT * FROM lockfence.etcd_lock('n6', $ttl, '1s')");
+			"SELECT * FROM lockfence.etcd_lock('n6', $ttl, '$own_wait')");
 		$p1->clear;
 		is(($p1->hits->{faults} // 0) - $faults, 2, "$what: the read was held");
 		is($r->{sqlstate}, '55P03', "$what: 55P03") or diag explain $r;
@@ -159,7 +163,11 @@ $holder->quit;
 	# lock behind every key under "<name>/", so "n7/x/<lease>" is ahead of
 	# a wait on "n7", and this session waits for itself there as well.
 	# Between requests and with the read of the queue cut, as above.
-	my $xkey = $self->query_safe("SELECT key FROM lockfence.etcd_lock('n7/x', 30, '5s')");
+	# "n7/x" on a lease of its own (TTL 50), "n7" asked for with TTL 45:
+	# after a wait_timeout the waiting key gets 50 ms to be deleted, and
+	# if that is not enough its lease is revoked (fail closed), which on a
+	# shared lease took "n7/x" with it under load (CI run of 7bbeca8).
+	my $xkey = $self->query_safe("SELECT key FROM lockfence.etcd_lock('n7/x', 50, '5s')");
 	for my $cut (0, 1)
 	{
 		my $what = "own key of a longer name" . ($cut ? ', read of the queue cut' : '');
@@ -170,7 +178,7 @@ $holder->quit;
 			$p1->set(path => '/v3/kv/txn', mode => 'hang', times => 1);
 		}
 		$r = LockfenceTest::EtcdCluster::sql_try($self,
-			"SELECT * FROM lockfence.etcd_lock('n7', 30, '1s')");
+			"SELECT * FROM lockfence.etcd_lock('n7', 45, '$own_wait')");
 		$p1->clear;
 		is(($p1->hits->{faults} // 0) - $faults, $cut ? 2 : 0, "$what: faults");
 		is($r->{sqlstate}, '55P03', "$what: 55P03") or diag explain $r;
