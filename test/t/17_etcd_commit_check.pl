@@ -276,48 +276,32 @@ for my $end ('COMMIT', "PREPARE TRANSACTION 'cc_unl'")
 		"$end: nothing prepared");
 }
 
-# ... and when the unlock's request fails (an unreadable reply), and the
-# quiet retry of its error cleanup finds the key gone: the error caught,
-# the commit still fails
+# ... and when the unlock's request fails (an unreadable reply), its
+# error caught: if the quiet retry of its error cleanup finds the key
+# gone (the lease revoked first), or cannot read its answer either (the
+# key's fate unknown), the lock counts as lost and the commit fails
+for my $case (
+	[ 'cc/unl2', 48, 'cc-unl2', 13, 1, 1, 'the unlock failed (08P01), the error caught',
+		'all_fenced: the lock its cleanup found gone fails the commit' ],
+	[ 'cc/unl3', 49, 'cc-unl3', 14, 0, 2, 'the unlock and its retry failed, the error caught',
+		'all_fenced: a lock whose key could not be deleted fails the commit' ])
 {
+	my ($name, $ttl, $res, $id, $revoke, $faults, $failed, $refused) = @$case;
 	my ($uk, $ulease, $utok) = split /\|/,
-	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/unl2', 48)");
+	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('$name', $ttl)");
 	$s->query_safe('BEGIN');
-	$s->query_safe("SELECT lockfence.fence('cc-unl2', $utok, '$uk')");
-	$s->query_safe('INSERT INTO cc_t VALUES (13)');
-	$etcd->etcdctl('lease', 'revoke', sprintf('%x', $ulease));
-	$fault->set(path => '/v3/kv/txn', mode => 'invalid_json', times => 1);
+	$s->query_safe("SELECT lockfence.fence('$res', $utok, '$uk')");
+	$s->query_safe("INSERT INTO cc_t VALUES ($id)");
+	$etcd->etcdctl('lease', 'revoke', sprintf('%x', $ulease)) if $revoke;
+	$fault->set(path => '/v3/kv/txn', mode => 'invalid_json', times => $faults);
 	$r = LockfenceTest::EtcdCluster::sql_try($s,
 		"DO \$\$ BEGIN PERFORM lockfence.etcd_unlock('$uk'); "
 		  . "EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'unlock failed: %', SQLSTATE; END \$\$");
 	$fault->clear;
-	like($r->{stderr} // '', qr/unlock failed: 08P01/, 'the unlock failed (08P01), the error caught')
-	  or diag explain $r;
+	like($r->{stderr} // '', qr/unlock failed: 08P01/, $failed) or diag explain $r;
 	$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
-	is($r->{sqlstate}, 'LF003', 'all_fenced: the lock its cleanup found gone fails the commit')
-	  or diag explain $r;
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 13'), '0',
-		'... and nothing of it was written');
-}
-# ... and when neither the unlock's request nor its quiet retry gets an
-# answer it can read (the key's fate unknown): the lock counts as lost
-{
-	my ($uk, $ulease, $utok) = split /\|/,
-	  $s->query_safe("SELECT key, lease, token FROM lockfence.etcd_lock('cc/unl3', 49)");
-	$s->query_safe('BEGIN');
-	$s->query_safe("SELECT lockfence.fence('cc-unl3', $utok, '$uk')");
-	$s->query_safe('INSERT INTO cc_t VALUES (14)');
-	$fault->set(path => '/v3/kv/txn', mode => 'invalid_json', times => 2);
-	$r = LockfenceTest::EtcdCluster::sql_try($s,
-		"DO \$\$ BEGIN PERFORM lockfence.etcd_unlock('$uk'); "
-		  . "EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'unlock failed: %', SQLSTATE; END \$\$");
-	$fault->clear;
-	like($r->{stderr} // '', qr/unlock failed: 08P01/, 'the unlock and its retry failed, the error caught')
-	  or diag explain $r;
-	$r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
-	is($r->{sqlstate}, 'LF003', 'all_fenced: a lock whose key could not be deleted fails the commit')
-	  or diag explain $r;
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM cc_t WHERE id = 14'), '0',
+	is($r->{sqlstate}, 'LF003', $refused) or diag explain $r;
+	is($node->safe_psql('postgres', "SELECT count(*) FROM cc_t WHERE id = $id"), '0',
 		'... and nothing of it was written');
 }
 
