@@ -176,6 +176,11 @@ SELECT lockfence.etcd_lock_and_fence(repeat('n', 239), 'r');
 -- also beyond any etcd lock name's limit (1024 bytes): the same 22001
 SELECT lockfence.etcd_lock_and_fence(repeat('n', 2000), 'r');
 \echo :LAST_ERROR_SQLSTATE
+-- the array form says the same, for either length
+SELECT lockfence.etcd_lock_and_fence(ARRAY['a', repeat('n', 239)], ARRAY['r1', 'r2']);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.etcd_lock_and_fence(ARRAY['a', repeat('n', 2000)], ARRAY['r1', 'r2']);
+\echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.etcd_lock_and_fence('n', NULL);
 
 -- the fence table is dumped with the data

@@ -106,13 +106,18 @@ etcd_lock_check_holder_name(const char *name)
 						   LOCKFENCE_MAX_HOLDER_BYTES)));
 }
 
-/* name_array_elements' validation of a lock name; arg: must it fit a holder */
+/*
+ * name_array_elements' validation of a lock name; arg: must it fit a
+ * holder.  The holder's limit is checked first, as etcd_lock_and_fence's
+ * single form does, so that any name over it gets 22001, also one beyond
+ * the 1024 bytes of any lock name.
+ */
 static void
 validate_lock_name(const char *name, void *arg)
 {
-	etcd_lock_check_args(name, 1);	/* 1: any valid TTL */
 	if (*(bool *) arg)
 		etcd_lock_check_holder_name(name);
+	etcd_lock_check_args(name, 1);	/* 1: any valid TTL */
 }
 
 /* name_array_elements' validation of a fencing resource */
