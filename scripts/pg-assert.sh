@@ -239,10 +239,20 @@ VALGRIND_TAP=${VALGRIND_TAP:-test/t/65_etcd_quiet_calls.pl test/t/92_no_multixac
 # time).  The copy keeps the shared build untouched.
 pg_assert_valgrind() {
 	local suites=${1:-regress isolation tap} repo dir src work rc=0 start vgerr lf s
-	local origins=
+	local origins= jit=
 	# Where an uninitialised value came from: twice the time; for a
 	# diagnosis (VALGRIND_ORIGINS=1), not needed to find an error.
 	[ "${VALGRIND_ORIGINS:-0}" = 1 ] && origins="--track-origins=yes --read-var-info=yes"
+	# Most of the time goes into translating code, not running it: every
+	# backend is forked from a postmaster that never ran the parser, the
+	# planner or the executor, so each translates them anew, runs them a
+	# few times and exits.  Cheaper translations (no chasing across
+	# branches, VEX's lighter IR optimisation) cut the run by a fifth to a
+	# third.  They change how Valgrind's JIT compiles the code it
+	# instruments, not what memcheck checks: every memory access is still
+	# checked (docs/testing-lanes.md, "Where the CPU goes").
+	# VALGRIND_JIT_DEFAULTS=1 restores Valgrind's defaults.
+	[ "${VALGRIND_JIT_DEFAULTS:-0}" = 1 ] || jit="--vex-guest-chase=no --vex-iropt-level=1"
 	repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	command -v valgrind >/dev/null || { pg_assert_say "valgrind is not installed (scripts/install-deps.sh)"; return 1; }
 	pg_assert_build || return 1
@@ -266,7 +276,7 @@ pg_assert_valgrind() {
 			-V|--version|--boot|--single|-C|--describe-config) exec "$work/pg/bin/postgres.real" "\$@" ;;
 			esac
 		done
-		exec valgrind --quiet --trace-children=yes $origins \\
+		exec valgrind --quiet --trace-children=yes $origins $jit \\
 			--num-callers=40 --leak-check=no \\
 			--gen-suppressions=all --suppressions="$src/src/tools/valgrind.supp" \\
 			--error-markers=VALGRINDERROR-BEGIN,VALGRINDERROR-END \\

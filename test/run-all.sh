@@ -8,8 +8,9 @@
 #   15-assert  the same release built from Debian's source package with
 #           --enable-cassert (Assert, CLOBBER_FREED_MEMORY, memory context
 #           checks) and Valgrind support, by scripts/pg-assert.sh (built
-#           once, kept in /var/cache/lockfence-pg-assert): regress,
-#           isolation and TAP run on it as on 15;
+#           once, kept in /var/cache/lockfence-pg-assert): TAP runs on
+#           it as on 15, and so do regress and isolation unless the
+#           Valgrind lane runs them (on the same build, its Asserts on);
 #   17, 18  inside a Debian chroot (trixie with PostgreSQL 17, plus 18 from
 #           sid) that scripts/chroot.sh builds with debootstrap from this
 #           machine's apt mirror and caches in /var/cache/lockfence-chroots
@@ -31,11 +32,12 @@
 # On the host only, once, not per major:
 #   fuzz      the libFuzzer harnesses of fuzz/ (fuzz/run.sh, FUZZ_SECONDS
 #             each, default 30)
-#   valgrind  pg_regress and the isolation specs under Valgrind memcheck on
-#             the 15-assert build, side by side, in a lane of its own that
-#             starts when the demonstration and the history test are done
-#             (beside them on 2 cores it slowed the history test below its
-#             10,000 operations); see docs/testing-tools.md
+#   valgrind  pg_regress, the isolation specs and two TAP files under
+#             Valgrind memcheck on the 15-assert build, side by side, in a
+#             lane of its own that starts when the demonstration and the
+#             history test are done (beside them on 2 cores it slowed the
+#             history test below its 10,000 operations); see
+#             docs/testing-tools.md
 #
 # Independent suites run side by side, each in its own "lane" (a
 # background job whose output goes to its own log): per major, one lane
@@ -545,8 +547,14 @@ lane_major() {
 	major_env "$@"
 	local files=() f
 	wait_demo_installed
-	wanted regress && suite "[$label] pg_regress" regress
-	wanted isolation && suite "[$label] isolation" isolation
+	# On the assert build, pg_regress and the isolation specs run in the
+	# Valgrind lane (the same binaries, their Asserts on): not twice.
+	if [ "$label" = "$host_major-assert" ] && [ -n "$valgrind_ok" ]; then
+		echo "[$label] pg_regress and isolation: in the Valgrind lane, on this build"
+	else
+		wanted regress && suite "[$label] pg_regress" regress
+		wanted isolation && suite "[$label] isolation" isolation
+	fi
 	if wanted tap; then
 		while read -r f; do is_timing "$f" || files+=("$f"); done < <(tap_files "$label")
 		[ ${#files[@]} -gt 0 ] &&
