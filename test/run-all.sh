@@ -598,7 +598,9 @@ make_shared_dir() {
 
 # The lines that say why each failed lane failed, last in the output (a
 # CI record may keep only the run's tail): prove's failed checks with what
-# they got, pg_regress's failed tests, crashes.  The whole logs are above.
+# they got, the message of a TAP file that died (Perl's "... at FILE line
+# N.", a helper's "exited with value"), pg_regress's failed tests,
+# crashes.  The whole logs are above.
 failure_digest() {
 	local i base
 	for i in "${!LANE_PIDS[@]}"; do
@@ -609,7 +611,8 @@ failure_digest() {
 		grep -a -E -A4 \
 			-e '^#[[:space:]]+Failed test' -e '(Wstat|Dubious|No plan found|Bail out)' \
 			-e '\.\.\. FAILED' -e '^not ok' -e 'TRAP: ' -e 'terminated by signal' \
-			-e '^=== .*: FAILED' -e 'did not complete' -e 'timed out' "$base.log" |
+			-e '^=== .*: FAILED' -e 'did not complete' -e 'timed out' \
+			-e '^[^#].* at [^ ]+ line [0-9]+\.$' -e 'exited with value' "$base.log" |
 			head -60
 	done
 }
