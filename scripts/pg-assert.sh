@@ -318,10 +318,17 @@ pg_assert_valgrind() {
 		pg_assert_say "$j under valgrind (logs in $work/vg)"
 		# lockfence_test.time_scale: the few upper time bounds in the
 		# specs allow for Valgrind's slowdown (lease_first_grant.spec).
-		runuser -u postgres -- env PATH="$work/pg/bin:$PATH" \
-			PGOPTIONS="-c lockfence_test.time_scale=20" \
-			make -C "$work/src-$j" PG_CONFIG="$work/pg/bin/pg_config" installcheck "${args[@]}" \
-			>"$work/$j.log" 2>&1 &
+		# Each job notes when it ended: the jobs' lengths say how well
+		# they share the run (the longest sets the lane's length).
+		{
+			runuser -u postgres -- env PATH="$work/pg/bin:$PATH" \
+				PGOPTIONS="-c lockfence_test.time_scale=20" \
+				make -C "$work/src-$j" PG_CONFIG="$work/pg/bin/pg_config" installcheck "${args[@]}" \
+				>"$work/$j.log" 2>&1
+			status=$?
+			date +%s >"$work/$j.end"
+			exit $status
+		} &
 		pids[$j]=$!
 	done
 	for j in "${jobs[@]}"; do
@@ -329,6 +336,9 @@ pg_assert_valgrind() {
 			{ rc=1; pg_assert_say "$j failed under valgrind:"; tail -30 "$work/$j.log" >&2
 			  for f in "$work/src-$j/regression.diffs" "$work/src-$j/output_iso/regression.diffs"; do
 				[ -s "$f" ] && head -100 "$f" >&2; done; }
+	done
+	for j in "${jobs[@]}"; do
+		[ -s "$work/$j.end" ] && pg_assert_say "$j took $(($(cat "$work/$j.end") - start)) s"
 	done
 	# Errors, and those of them whose stack passes through lockfence.
 	vgerr=$(cat "$work"/vg/*.log 2>/dev/null | grep -c VALGRINDERROR-BEGIN || true)
