@@ -13,7 +13,8 @@
 # a cpuacct cgroup (v1) of that lane.  Processes forked afterwards stay in
 # their parent's cgroup whatever they do with their output (servers, pg_ctl
 # daemons), and cpuacct.usage also counts processes that have exited, so a
-# lane's figure is all its work from its first 0.3 s on.  Needs the cgroup
+# lane's figure is all its work from its first 0.3 s on; what a lane's
+# first process forked before it was seen is moved with it.  Needs the cgroup
 # v1 cpuacct hierarchy at /sys/fs/cgroup/cpuacct (this machine's); the
 # cgroups are left behind, empty, under lf-TAG.
 import os
@@ -50,24 +51,69 @@ def in_group(pid, name):
     return False
 
 
-os.makedirs(root, exist_ok=True)
+def lane_of(pid):
+    """The lane whose log is pid's standard output, or None."""
+    try:
+        m = lane_log.search(os.readlink('/proc/%s/fd/1' % pid))
+    except OSError:
+        return None
+    if m is None:
+        return None
+    return ('in-' if m.group(1) == 'lockfence-inner' else '') + m.group(2)
+
+
+def children_map(pids):
+    kids = {}
+    for pid in pids:
+        try:
+            with open('/proc/%s/stat' % pid) as f:
+                ppid = f.read().rsplit(')', 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(pid)
+    return kids
+
+
+def move(pid, name):
+    with open(groups[name] + '/cgroup.procs', 'w') as f:
+        f.write(pid)
+
+
+# The cgroups of an earlier run with the same tag still hold its counts.
+if os.path.isdir(root):
+    sys.exit('lane-cpu: %s exists (an earlier run with tag %s): choose another tag' % (root, tag))
+os.makedirs(root)
 signal.signal(signal.SIGTERM, report)
 last = 0.0
 while True:
-    for pid in os.listdir('/proc'):
-        if not pid.isdigit():
+    pids = [p for p in os.listdir('/proc') if p.isdigit()]
+    kids = None
+    for pid in pids:
+        name = lane_of(pid)
+        if name is None:
             continue
         try:
-            m = lane_log.search(os.readlink('/proc/%s/fd/1' % pid))
-            if m is None:
-                continue
-            name = ('in-' if m.group(1) == 'lockfence-inner' else '') + m.group(2)
             if name not in groups:
                 groups[name] = root + '/' + name
                 os.makedirs(groups[name], exist_ok=True)
-            if not in_group(pid, name):
-                with open(groups[name] + '/cgroup.procs', 'w') as f:
-                    f.write(pid)
+            if in_group(pid, name):
+                continue
+            move(pid, name)
+            # Seen for the first time: the processes it forked before this
+            # scan (a lane that starts prove at once, whose output goes
+            # through tee) did not inherit the group; move them too, but
+            # not those writing another lane's log (the chroot's lanes).
+            kids = kids if kids is not None else children_map(pids)
+            todo = list(kids.get(pid, []))
+            while todo:
+                k = todo.pop()
+                if lane_of(k) not in (None, name):
+                    continue
+                try:
+                    move(k, name)
+                except OSError:
+                    continue
+                todo.extend(kids.get(k, []))
         except OSError:
             pass                # the process ended meanwhile
     if time.time() - last > 30:
