@@ -35,8 +35,8 @@
 #   valgrind  pg_regress, the isolation specs and two TAP files under
 #             Valgrind memcheck on the 15-assert build, side by side, in a
 #             lane of its own that starts when the demonstration and the
-#             history test are done (beside them on 2 cores it slowed the
-#             history test below its 10,000 operations); see
+#             history test's fenced run are done (beside them on 2 cores
+#             it slowed the history test below its 10,000 operations); see
 #             docs/testing-tools.md
 #
 # Independent suites run side by side, each in its own "lane" (a
