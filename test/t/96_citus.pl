@@ -572,7 +572,9 @@ INSERT INTO orders VALUES ('$r', 42, 1, 40, 'h');
 COMMIT}, "and the current token for $r is accepted (on " . $nd->name . ')');
 }
 is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'"), '0',
-	'lockfence.check() finds no error on any node after the moves');
+	'lockfence.check() finds no error on any node after the moves')
+  or diag(q1($coord, q{SELECT string_agg(finding || ': ' || detail, E'\n') FROM lockfence.check() WHERE severity = 'error'}),
+	"\nCitus cleanup records left: ", q1($coord, 'SELECT count(*) FROM pg_dist_cleanup'));
 
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');
