@@ -1030,6 +1030,11 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
  *
  * Validate a lockfence trigger, as the extension's event trigger does right
  * after CREATE TRIGGER, so that misuse is reported when it is made.
+ *
+ * A trigger that does not exist, or whose table was dropped while we
+ * waited for its lock (lockfence.check() meets that beside a DROP TABLE,
+ * and on Citus beside the deferred cleanup of a moved shard), is
+ * undefined_object: the caller can tell it from a trigger that is wrong.
  */
 Datum
 lockfence_check_trigger(PG_FUNCTION_ARGS)
@@ -1057,7 +1062,12 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 	systable_endscan(scan);
 	table_close(tgrel, AccessShareLock);
 
-	rel = table_open(relid, AccessShareLock);
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("trigger with OID %u does not exist", tgoid),
+				 errdetail("Its table was dropped.")));
 	trigdesc = rel->trigdesc;
 	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
 	{
