@@ -93,6 +93,15 @@ typedef struct CitusCatalog
 static CitusCatalog citus = {false};
 static bool citus_callback_registered = false;
 
+/* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
+typedef struct CitusPartition
+{
+	char		method;			/* 'h' hash, 'n' none (reference, local) ... */
+	AttrNumber	key_attnum;		/* the distribution column, or 0 */
+	uint32		colocation;		/* co-location group */
+	char		repmodel;		/* 's' streaming (one placement), 'c', 't' */
+} CitusPartition;
+
 /*
  * Relations found to be neither Citus tables nor shards, so that a local
  * table on a Citus node pays one hash lookup per statement.  Emptied with
@@ -128,7 +137,7 @@ citus_guard_invalidate(Datum arg, Oid relid)
  * Is Citus installed in this database?  Marked valid before the lookups:
  * an invalidation they accept marks it invalid again for the next call.
  */
-bool
+static bool
 lockfence_citus_present(void)
 {
 	if (likely(citus.valid))
@@ -184,7 +193,7 @@ lockfence_citus_catalog_missing(const char *what)
  * none (not a Citus table).  The distribution column comes as Citus keeps
  * it, a Var in node-string form: only its attribute number is needed.
  */
-bool
+static bool
 lockfence_citus_partition(Oid relid, CitusPartition *part)
 {
 	Relation	rel;

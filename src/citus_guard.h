@@ -17,21 +17,6 @@
 #include "executor/spi.h"
 #include "utils/relcache.h"
 
-/* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
-typedef struct CitusPartition
-{
-	char		method;			/* 'h' hash, 'n' none (reference, local) ... */
-	AttrNumber	key_attnum;		/* the distribution column, or 0 */
-	uint32		colocation;		/* co-location group */
-	char		repmodel;		/* 's' streaming (one placement), 'c', 't' */
-} CitusPartition;
-
-/* Is Citus installed in this database?  One test of a flag when not. */
-extern bool lockfence_citus_present(void);
-
-/* Read relid's row of pg_dist_partition; false when it is not a Citus table. */
-extern bool lockfence_citus_partition(Oid relid, CitusPartition *part);
-
 /* Raise feature_not_supported: Citus' catalog lacks what (its name). */
 pg_noreturn extern void lockfence_citus_catalog_missing(const char *what);
 
