@@ -344,6 +344,24 @@ citus_fences_retarget(const char *sql, Oid shard)
 }
 
 /*
+ * The plan kept for shard and slot, or NULL.
+ */
+SPIPlanPtr
+lockfence_citus_kept_plan(Oid shard, int slot)
+{
+	CitusShardPlanKey key;
+	CitusShardPlan *entry;
+
+	if (fence_map.plans == NULL)
+		return NULL;
+	memset(&key, 0, sizeof(key));
+	key.shard = shard;
+	key.slot = slot;
+	entry = hash_search(fence_map.plans, &key, HASH_FIND, NULL);
+	return entry != NULL ? entry->plan : NULL;
+}
+
+/*
  * The plan of sql (a statement of lockfence's on lockfence.fences) on
  * shard, as returned by lockfence_citus_fence_shard just before: planned
  * on first use and kept with the map.  slot names the statement: each
@@ -355,8 +373,12 @@ lockfence_citus_shard_plan(Oid shard, int slot, const char *sql,
 {
 	CitusShardPlanKey key;
 	CitusShardPlan *entry;
+	SPIPlanPtr	plan;
 	bool		found;
 
+	plan = lockfence_citus_kept_plan(shard, slot);
+	if (plan != NULL)
+		return plan;
 	if (fence_map.plans == NULL)
 	{
 		HASHCTL		ctl;
@@ -367,24 +389,16 @@ lockfence_citus_shard_plan(Oid shard, int slot, const char *sql,
 		fence_map.plans = hash_create("lockfence Citus shard plans", 32, &ctl,
 									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
+	plan = SPI_prepare(citus_fences_retarget(sql, shard), nargs, (Oid *) argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for lockfence statement on shard %u: %s",
+			 shard, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
 	memset(&key, 0, sizeof(key));
 	key.shard = shard;
 	key.slot = slot;
-	entry = hash_search(fence_map.plans, &key, HASH_FIND, NULL);
-	if (entry != NULL)
-		return entry->plan;
-
-	{
-		SPIPlanPtr	plan = SPI_prepare(citus_fences_retarget(sql, shard),
-									   nargs, (Oid *) argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for lockfence statement on shard %u: %s",
-				 shard, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		entry = hash_search(fence_map.plans, &key, HASH_ENTER, &found);
-		entry->plan = plan;
-	}
-	return entry->plan;
+	entry = hash_search(fence_map.plans, &key, HASH_ENTER, &found);
+	entry->plan = plan;
+	return plan;
 }

@@ -63,4 +63,11 @@ extern Oid	lockfence_citus_fence_shard(const char *resource);
 extern SPIPlanPtr lockfence_citus_shard_plan(Oid shard, int slot, const char *sql,
 											 int nargs, const Oid *argtypes);
 
+/*
+ * The plan kept for shard and slot, or NULL when there is none yet: a
+ * caller that builds its statement text asks first, and builds it only
+ * for lockfence_citus_shard_plan's first use.
+ */
+extern SPIPlanPtr lockfence_citus_kept_plan(Oid shard, int slot);
+
 #endif							/* LOCKFENCE_CITUS_GUARD_H */

@@ -161,11 +161,15 @@ fence_execute_snapshot(FenceStatement stmt, const char *resource, int64 token,
 	 */
 	if (OidIsValid(shard))
 	{
-		shard_plan = lockfence_citus_shard_plan(shard,
-												LOCKFENCE_CITUS_SLOTS_FENCE +
-												variant * FENCE_NUM_STATEMENTS + stmt,
-												fence_statement_text(stmt),
-												3, argtypes);
+		int			slot = LOCKFENCE_CITUS_SLOTS_FENCE +
+			variant * FENCE_NUM_STATEMENTS + stmt;
+
+		/* the statement's text is built for the first use only */
+		shard_plan = lockfence_citus_kept_plan(shard, slot);
+		if (shard_plan == NULL)
+			shard_plan = lockfence_citus_shard_plan(shard, slot,
+													fence_statement_text(stmt),
+													3, argtypes);
 		planp = &shard_plan;
 	}
 	else if (*planp == NULL)
