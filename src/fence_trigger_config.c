@@ -5,9 +5,11 @@
  *	  and kept per trigger; lockfence.check_trigger().
  *
  * A trigger definition that could let a write through unchecked is
- * refused: not BEFORE, not on every write, with a WHEN condition or a
- * column list, after another BEFORE ROW trigger that may change the row,
- * naming a column of the wrong type or one the writer cannot set.
+ * refused: not BEFORE, not on every kind of write, with a WHEN condition
+ * or a column list, followed by another BEFORE ROW trigger that may change
+ * the row, naming a column of a type whose text depends on the session, or
+ * a token column whose value the database supplies (generated, identity,
+ * default).
  *
  * The same validation runs when the trigger is created (from the
  * extension's event trigger, through lockfence.check_trigger()) and on the
