@@ -55,6 +55,7 @@ static size_t answer_len;
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static int	served;				/* connections answered so far */
+static int	dialled;			/* sockets libcurl opened for this input */
 
 static void *
 member_thread(void *arg)
@@ -87,6 +88,20 @@ member_thread(void *arg)
 		pthread_mutex_unlock(&mutex);
 	}
 	return NULL;
+}
+
+/*
+ * libcurl calls this once it has a socket and is about to connect, which on
+ * the loopback interface reaches the listener at once: the member then has
+ * that connection to answer.  A transfer can also end before libcurl opens
+ * any socket (its timeout passed while the process waited for a CPU, as on
+ * a loaded test machine), and then no connection comes.
+ */
+static int
+count_socket(void *clientp, curl_socket_t fd, curlsocktype purpose)
+{
+	dialled++;
+	return CURL_SOCKOPT_OK;
 }
 
 static void
@@ -139,6 +154,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", listen_port,
 			 http_requests[which].path);
 	set_options(req, url, 5000, 1000, false);
+	dialled = 0;
+	curl_easy_setopt(req->easy, CURLOPT_SOCKOPTFUNCTION, count_socket);
 
 	/* collect_done() */
 	req->result = curl_easy_perform(req->easy);
@@ -147,9 +164,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	curl_easy_cleanup(req->easy);	/* closes the connection */
 	req->easy = NULL;
 
-	/* the member is done with this input before the next one */
+	/*
+	 * The member is done with every connection libcurl opened for this
+	 * input before the next input replaces it (none if the transfer ended
+	 * before connecting: waiting for one would wait for ever).
+	 */
 	pthread_mutex_lock(&mutex);
-	while (served == before)
+	while (served < before + dialled)
 		pthread_cond_wait(&cond, &mutex);
 	pthread_mutex_unlock(&mutex);
 

@@ -112,9 +112,11 @@ build() {
 
 # -timeout: libFuzzer's hang detector, in wall-clock seconds per input.  An
 # input takes milliseconds; in the test command, niced below the lanes that
-# bound times and beside Valgrind on 2 cores, one input of fuzz_http (a
-# real TCP exchange with a thread) waited over 20 s for a CPU and was
-# reported as a hang.  120 s still catches a loop that never ends.
+# bound times and beside Valgrind on 2 cores, an input of fuzz_http (a real
+# TCP exchange with a thread) can wait seconds for a CPU.  (Its reported
+# hangs were the harness's own until 2026-12-04: it waited for a connection
+# that a transfer timed out before connecting never made.)  120 s still
+# catches a loop that never ends.
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-120}
 
 run_one() {
