@@ -1182,16 +1182,10 @@ BEGIN
         ELSE
             BEGIN
                 PERFORM lockfence.check_trigger(r.oid);
-            EXCEPTION
-                -- gone since the scan above, with its table (a DROP TABLE
-                -- it waited for; on Citus, a moved shard's deferred
-                -- cleanup): nothing left to report
-                WHEN undefined_object THEN
-                    NULL;
-                WHEN OTHERS THEN
-                    RETURN QUERY SELECT 'error', 'trigger_invalid',
-                        pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
-                        pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
+            EXCEPTION WHEN OTHERS THEN
+                RETURN QUERY SELECT 'error', 'trigger_invalid',
+                    pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
+                    pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
             END;
         END IF;
     END LOOP;

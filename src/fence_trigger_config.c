@@ -533,9 +533,10 @@ fence_trigger_config(Trigger *trigger, Relation rel)
  * after CREATE TRIGGER, so that misuse is reported when it is made.
  *
  * A trigger that does not exist, or whose table was dropped while we
- * waited for its lock (lockfence.check() meets that beside a DROP TABLE,
- * and on Citus beside the deferred cleanup of a moved shard), is
- * undefined_object: the caller can tell it from a trigger that is wrong.
+ * waited for its lock, is nothing to validate: no write goes through it.
+ * lockfence.check() meets that beside a DROP TABLE, and on Citus beside
+ * the deferred cleanup of a moved shard; raising would make it report a
+ * trigger that is gone as an invalid one.
  */
 Datum
 lockfence_check_trigger(PG_FUNCTION_ARGS)
@@ -555,20 +556,16 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 				ObjectIdGetDatum(tgoid));
 	scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &key);
 	tgtuple = systable_getnext(scan);
-	if (!HeapTupleIsValid(tgtuple))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("trigger with OID %u does not exist", tgoid)));
-	relid = ((Form_pg_trigger) GETSTRUCT(tgtuple))->tgrelid;
+	relid = HeapTupleIsValid(tgtuple) ?
+		((Form_pg_trigger) GETSTRUCT(tgtuple))->tgrelid : InvalidOid;
 	systable_endscan(scan);
 	table_close(tgrel, AccessShareLock);
+	if (!OidIsValid(relid))
+		PG_RETURN_VOID();
 
 	rel = try_table_open(relid, AccessShareLock);
 	if (rel == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("trigger with OID %u does not exist", tgoid),
-				 errdetail("Its table was dropped.")));
+		PG_RETURN_VOID();
 	trigdesc = rel->trigdesc;
 	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
 	{
