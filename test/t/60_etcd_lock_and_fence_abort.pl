@@ -57,20 +57,12 @@ sub poll_until
 my @base_leases = leases();
 
 # Time the backend pid and every thread of the etcd member have waited,
-# runnable, for a CPU so far, in seconds (/proc/PID/schedstat, per thread
-# for etcd, a Go program).
+# runnable, for a CPU so far, in seconds.
 sub cpu_wait
 {
 	my ($pid) = @_;
-	my $s = LockfenceTest::EtcdCluster::run_delay($pid);
-	for my $stat (glob('/proc/' . $etcd->pid(0) . '/task/*/schedstat'))
-	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh>;
-		close($fh);
-		$s += $1 / 1e9 if defined $line && $line =~ /^\d+\s+(\d+)/;
-	}
-	return $s;
+	return LockfenceTest::EtcdCluster::run_delay($pid) +
+	  LockfenceTest::EtcdCluster::run_delay($etcd->pid(0));
 }
 
 # After a cancel or a statement timeout, the failed call's lock is

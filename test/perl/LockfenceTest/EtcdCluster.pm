@@ -973,23 +973,29 @@ sub statement_start
 =item run_delay(pid)
 
 How long process pid has waited, runnable, for a CPU since it started, in
-seconds (the second field of /proc/PID/schedstat: time spent on a run
-queue).  0 when the kernel does not tell.  A bound on how late the code
-acts (a wait_timeout, a cancel) is about the time the code waits or
-works; the difference of run_delay across the measured interval is time
-the kernel gave the CPU to others (a loaded machine: another suite, a
-CPU hog), which late_ms subtracts and reports apart.
+seconds: the second field of /proc/PID/task/TID/schedstat (time spent on
+a run queue), summed over the process's threads, so that it serves a
+backend (one thread) and an etcd member (Go's many) alike; threads that
+have exited are not counted.  0 when the kernel does not tell.  A bound
+on how late the code acts (a wait_timeout, a cancel) is about the time
+the code waits or works; the difference of run_delay across the measured
+interval is time the kernel gave the CPU to others (a loaded machine:
+another suite, a CPU hog), which late_ms subtracts and reports apart.
 
 =cut
 
 sub run_delay
 {
 	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/schedstat") or return 0;
-	my $line = <$fh>;
-	close($fh);
-	return 0 unless defined $line && $line =~ /^\d+\s+(\d+)/;
-	return $1 / 1e9;
+	my $s = 0;
+	for my $stat (glob("/proc/$pid/task/*/schedstat"))
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh>;
+		close($fh);
+		$s += $1 if defined $line && $line =~ /^\d+\s+(\d+)/;
+	}
+	return $s / 1e9;
 }
 
 =pod
