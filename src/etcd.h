@@ -286,6 +286,7 @@ extern void etcd_session_lock_found_gone(const char *key);
 extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);
+extern bool etcd_fault_injected(const char *point);
 extern bool etcd_session_holds_key(int64 lease, const char *key);
 extern const char *etcd_session_key_on_name(const char *name,
 											 const char *except);

@@ -716,8 +716,13 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 							  (xact && locks[i].xact)) ||
 			(!all && locks[i].subid < subid))
 			continue;
+		/*
+		 * The flags stay as they are until the release has run: should it
+		 * raise, abandon_release() must still recognise the lock as one to
+		 * give up (a pending lock left unflagged would pass for one handed
+		 * to the caller, its lease used and renewed for the session's life).
+		 */
 		was_pending = locks[i].pending;
-		locks[i].pending = false;
 		key = pstrdup(locks[i].key);
 		elog(DEBUG1, "etcd lock \"%s\" is released at the end of its transaction",
 			 key);
@@ -729,6 +734,7 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 			forget_lock(i);
 			continue;
 		}
+		fault_point("release_request");
 		etcd_session_release_quietly(locks[i].lease, key, left, !was_pending);
 		fault_point("release_step");
 	}
@@ -779,14 +785,12 @@ refuse_prepare(void)
 }
 
 /*
- * Fault injection for tests: raise an ERROR at the named point when the
- * server was started with LOCKFENCE_FAULT_INJECTION in its environment
- * listing it (comma-separated).  Lets a test prove that an ERROR raised
- * inside the end-of-transaction release never escapes it.  The variable
+ * Fault injection for tests: is the named point listed (comma-separated)
+ * in LOCKFENCE_FAULT_INJECTION in the server's environment?  The variable
  * is read once per backend; without it this costs one comparison.
  */
-static void
-fault_point(const char *point)
+bool
+etcd_fault_injected(const char *point)
 {
 	static const char *faults = NULL;
 	static bool faults_read = false;
@@ -796,7 +800,18 @@ fault_point(const char *point)
 		faults = getenv("LOCKFENCE_FAULT_INJECTION");
 		faults_read = true;
 	}
-	if (faults != NULL && strstr(faults, point) != NULL)
+	return faults != NULL && strstr(faults, point) != NULL;
+}
+
+/*
+ * Raise an ERROR at the named point if it is injected: lets a test prove
+ * that an ERROR raised inside the end-of-transaction release never
+ * escapes it.
+ */
+static void
+fault_point(const char *point)
+{
+	if (etcd_fault_injected(point))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("lockfence fault injected at %s", point)));

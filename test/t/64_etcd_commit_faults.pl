@@ -10,7 +10,10 @@
 #	    malformed JSON, an HTTP error, a timeout (a reply that never comes);
 #	  - an ERROR raised from inside the release (server started with
 #	    LOCKFENCE_FAULT_INJECTION): before the first request, and between two
-#	    locks' releases, at commit, at abort and at a rollback to savepoint.
+#	    locks' releases, at commit, at abort and at a rollback to savepoint;
+#	  - the abort's safety net for a lock its failed call left pending: it
+#	    releases the lock, and when that release raises, the lock is
+#	    abandoned (its lease no longer used), not kept as if handed over.
 #	  Each time the commit stands (its row is visible to another session),
 #	  the backend goes on (same pid; no PANIC in the server log), and the
 #	  lock is freed later (its TTL, or the revocation at backend exit).
@@ -179,6 +182,52 @@ no_panic($inj, 'injected ERRORs at abort');
 ok(gone($ak, 10), 'the locks left by the failed releases are revoked at backend exit');
 
 $inj->stop;
+
+# --- the abort's safety net for a lock its call did not release -------------
+# skip_own_release: a failed call leaves its lock pending (as when the call's
+# cleanup budget ran out), and the abort of its transaction releases it.
+# With release_request as well, that release raises before its request:
+# the lock must be abandoned, its lease no longer used for new locks, not
+# kept as if it had been handed to the caller.
+my $stale = sub {
+	my ($name, $label) = @_;
+	my $res = LockfenceTest::EtcdCluster::sql_try($i,
+		"SELECT lockfence.etcd_lock_and_fence('$name', 'sn', 60)");
+	is($res->{sqlstate}, 'LF001', "$label: the stale etcd token is refused")
+	  or diag explain $res;
+	return $res;
+};
+{
+	local $ENV{LOCKFENCE_FAULT_INJECTION} = 'skip_own_release';
+	$inj->start;
+}
+$inj->safe_psql('postgres', "SELECT lockfence.fence('sn', 1000000000000)");
+$i = LockfenceTest::EtcdCluster::session($inj);
+$stale->('sn1', 'call without its own release');
+is(scalar($etcd->keys('sn1/')), 0,
+	'... the abort released the lock the call left pending (TTL 60 s)');
+$i->quit;
+$inj->stop;
+{
+	local $ENV{LOCKFENCE_FAULT_INJECTION} = 'skip_own_release,release_request';
+	$inj->start;
+}
+$i = LockfenceTest::EtcdCluster::session($inj);
+$r = $stale->('sn2', 'ERROR in the abort\'s release');
+like($r->{stderr}, qr/WARNING:.*lockfence fault injected at release_request/,
+	'... the failed release is a WARNING');
+my @orphan = $etcd->keys('sn2/');
+is(scalar(@orphan), 1, '... the lock is left in etcd');
+my $next = $i->query_safe("SELECT key FROM lockfence.etcd_lock('sn3', 60, scope => 'session')");
+chomp $next;
+my ($orphan_lease, $next_lease) = map { m{/([0-9a-f]+)$} ? $1 : $_ } ($orphan[0] // '', $next);
+isnt($next_lease, $orphan_lease,
+	'... abandoned: the next lock of the same TTL goes on a new lease');
+$i->quit;
+ok(gone($orphan[0], 10), '... and the lock goes when the session ends');
+no_panic($inj, 'injected ERROR in the safety net');
+$inj->stop;
+
 $node->stop;
 $etcd->stop;
 done_testing();
