@@ -15,8 +15,9 @@ DATA = $(sort $(wildcard lockfence--*.sql))
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)
 SHLIB_LINK = $(shell curl-config --libs)
 
-# Test hooks (the C function lockfence_metrics_test_event and the setting
-# lockfence.debug_disable_fastpath) are compiled only when make is given
+# Test hooks (the C function lockfence_metrics_test_event, the setting
+# lockfence.debug_disable_fastpath and the etcd client's fault points,
+# LOCKFENCE_FAULT_INJECTION) are compiled only when make is given
 # LOCKFENCE_TEST_HOOKS=1, as test/run-all.sh does for its test builds: a
 # plain make install ships none.  Objects are not rebuilt when this
 # changes: make clean first.

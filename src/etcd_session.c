@@ -787,11 +787,13 @@ refuse_prepare(void)
 /*
  * Fault injection for tests: is the named point listed (comma-separated)
  * in LOCKFENCE_FAULT_INJECTION in the server's environment?  The variable
- * is read once per backend; without it this costs one comparison.
+ * is read once per backend; without it this costs one comparison.  Only
+ * in a build with LOCKFENCE_TEST_HOOKS: a plain build has no fault point.
  */
 bool
 etcd_fault_injected(const char *point)
 {
+#ifdef LOCKFENCE_TEST_HOOKS
 	static const char *faults = NULL;
 	static bool faults_read = false;
 
@@ -801,6 +803,9 @@ etcd_fault_injected(const char *point)
 		faults_read = true;
 	}
 	return faults != NULL && strstr(faults, point) != NULL;
+#else
+	return false;
+#endif
 }
 
 /*
