@@ -97,9 +97,16 @@ sub paused_waiter
 {
 	my $w = LockfenceTest::EtcdCluster::session($node);
 	my $pid = $w->query_safe('SELECT pg_backend_pid()');
+	my $rd0 = run_delay($pid) + run_delay($etcd->pid(0));
 	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3);");
 	ok(poll_until(30, sub { scalar(keys_under('stop/')) == 2 }),
-		'waiter queued its key');
+		'waiter queued its key')
+	  or diag(sprintf("the waiter printed: %s\nkeys: %s\nleases: %s\n"
+			  . "the waiter and etcd waited %.1f ms for a CPU since the call\n%s",
+			  join(' | ', grep { defined } LockfenceTest::EtcdCluster::peek_output($w)),
+			  join(', ', keys_under('stop/')), join(', ', leases()),
+			  (run_delay($pid) + run_delay($etcd->pid(0)) - $rd0) * 1000,
+			  $etcd->log_tail(0, 15)));
 	$etcd->pause_member(0);
 	# let the waiter settle in its wait (its keepalive is due after 1 s)
 	usleep(200_000);
