@@ -56,44 +56,23 @@ sub poll_until
 
 my @base_leases = leases();
 
-# Time the backend pid and every thread of the etcd member have waited,
-# runnable, for a CPU so far, in seconds.
-sub cpu_wait
-{
-	my ($pid) = @_;
-	return LockfenceTest::EtcdCluster::run_delay($pid) +
-	  LockfenceTest::EtcdCluster::run_delay($etcd->pid(0));
-}
-
 # After a cancel or a statement timeout, the failed call's lock is
-# released within 50 ms (ETCD_PENDING_RELEASE_MS), so that the interrupt
-# takes effect at once; what does not fit goes when the session ends (its
-# exit callback revokes the lease) or with the TTL.  Demand the release at
-# once, unless the backend and etcd waited at least that long for a CPU
-# during the call (a loaded machine, not the code): then demand it once
-# the session has ended.  Returns the session to go on with (a new one
-# if it was ended).
+# released within 50 ms, or once the session ended when the backend and
+# etcd waited that long for a CPU (see released_promptly).  Returns the
+# session to go on with.
 sub released_after_cancel
 {
 	my ($label, $prefix, $session, $wait0) = @_;
-	my $gone = sub {
-		return !keys_under($prefix) && join(',', leases()) eq join(',', @base_leases);
-	};
-	my $waited_ms = (cpu_wait($session->{pid}) - $wait0) * 1000;
-	if ($gone->() || $waited_ms < 50)
-	{
-		is_deeply([ keys_under($prefix) ], [], "$label: no lock key left");
-		is_deeply([ leases() ], \@base_leases,
-			sprintf('%s: no lease left (the backend and etcd waited %.1f ms for a CPU)',
-				$label, $waited_ms));
-		return $session;
-	}
-	$session->quit;
-	ok(poll_until(10, $gone),
-		sprintf('%s: no lock key and no lease left once the session ended (the backend and etcd waited %.1f ms for a CPU during the call, more than the release has after a cancel)',
-			$label, $waited_ms))
-	  or diag explain [ keys_under($prefix), leases() ];
-	return LockfenceTest::EtcdCluster::session($node);
+	return $etcd->released_promptly(
+		node => $node,
+		session => $session,
+		since => $wait0,
+		gone => sub {
+			return !keys_under($prefix)
+			  && join(',', leases()) eq join(',', @base_leases);
+		},
+		label => "$label: no lock key and no lease left",
+		show => sub { return [ [ keys_under($prefix) ], [ leases() ], \@base_leases ]; });
 }
 
 # Another transaction fences the resource and keeps its fence row locked.
@@ -128,7 +107,7 @@ sub waits_on_lock
 block_resource('res-st');
 my $w = LockfenceTest::EtcdCluster::session($node);
 $w->query_safe("SET statement_timeout = '1500ms'");
-my $wait0 = cpu_wait($w->{pid});
+my $wait0 = $etcd->cpu_wait($w->{pid});
 my $r = LockfenceTest::EtcdCluster::sql_try($w,
 	"SELECT lockfence.etcd_lock_and_fence('laf-st', 'res-st', 60)");
 is($r->{sqlstate}, '57014', 'statement_timeout while fencing gives 57014')
@@ -142,7 +121,7 @@ $w->query_safe('RESET statement_timeout');
 block_resource('res-c');
 my $wpid = $w->query_safe('SELECT pg_backend_pid()');
 $w->{stderr} = '';
-$wait0 = cpu_wait($wpid);
+$wait0 = $etcd->cpu_wait($wpid);
 send_query($w, "SELECT lockfence.etcd_lock_and_fence('laf-c', 'res-c', 60);");
 ok(poll_until(30, sub { waits_on_lock($wpid) }),
 	'etcd_lock_and_fence waits for the fence row');
@@ -160,7 +139,7 @@ unblock_resource();
 block_resource('res-sub');
 $w->{stderr} = '';
 $w->query_safe("SET statement_timeout = '1500ms'");
-$wait0 = cpu_wait($w->{pid});
+$wait0 = $etcd->cpu_wait($w->{pid});
 $r = LockfenceTest::EtcdCluster::sql_try($w, q{
 DO $$
 BEGIN

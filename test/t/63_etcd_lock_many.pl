@@ -147,11 +147,17 @@ send_query($s, "SELECT * FROM lockfence.etcd_lock_many(ARRAY['cx/c', 'cx/a', 'cx
 ok(poll_until(30, sub { scalar($etcd->keys('cx/b/')) == 2 }),
 	'cancel: the call holds cx/a and waits for cx/b');
 is(scalar($etcd->keys('cx/a/')), 1, 'cancel: cx/a is held meanwhile');
+my $wait0 = $etcd->cpu_wait($s->{pid});
 $admin->query_safe("SELECT pg_cancel_backend($s->{pid})");
 my ($out, $err) = wait_result($s, 30);
 like($err, qr/ERROR:\s+57014/, 'cancel: 57014');
-is_deeply([ $etcd->keys('cx/') ], [$ck],
-	'cancel: none of the call\'s keys is left when the error arrives');
+$s = $etcd->released_promptly(
+	node => $node,
+	session => $s,
+	since => $wait0,
+	gone => sub { return join(',', $etcd->keys('cx/')) eq $ck },
+	label => 'cancel: none of the call\'s keys is left when the error arrives',
+	show => sub { return [ $etcd->keys('cx/') ] });
 
 # --- wait_timeout bounds the whole call ----------------------------------------
 
@@ -163,35 +169,20 @@ send_query($s, "SELECT * FROM lockfence.etcd_lock_many(ARRAY['wt/a', 'wt/b'], 20
 ok(poll_until(30, sub { scalar($etcd->keys('wt/a/')) == 2 }), 'whole call: queued for wt/a');
 usleep(1_500_000);
 $h->query_safe("SELECT lockfence.etcd_unlock('$wa')");
-my $cpu_wait = sub {
-	return LockfenceTest::EtcdCluster::run_delay($s->{pid}) +
-	  LockfenceTest::EtcdCluster::run_delay($etcd->pid(0));
-};
-my $wait0 = $cpu_wait->();
+$wait0 = $etcd->cpu_wait($s->{pid});
 ($out, $err) = wait_result($s, 30);
 my $took = time - $t0;
 like($err, qr/ERROR:\s+55P03/, 'whole call: 55P03');
 ok($took < 4.3,
 	sprintf('whole call: fails after about 3 s in all, not 1.5 s + 3 s (%.2f s)', $took));
-# After a wait_timeout the call's release has 50 ms (ETCD_PENDING_RELEASE_MS),
-# so that the error is not delayed; what does not fit goes when the session
-# ends.  Demand the release at once, unless the backend and the etcd member
-# waited at least that long for a CPU since the call's last second and a
-# half began (a loaded machine, not the code): then once the session ended.
-my $waited_ms = ($cpu_wait->() - $wait0) * 1000;
-if (join(',', $etcd->keys('wt/')) eq $wb || $waited_ms < 50)
-{
-	is_deeply([ $etcd->keys('wt/') ], [$wb],
-		sprintf('whole call: nothing of the call left (%.1f ms waiting for a CPU)', $waited_ms));
-}
-else
-{
-	$s->quit;
-	ok(poll_until(10, sub { join(',', $etcd->keys('wt/')) eq $wb }),
-		sprintf('whole call: nothing of the call left once its session ended (the release waited %.1f ms for a CPU)',
-			$waited_ms));
-	$s = session();
-}
+# the CPU wait counted from the unlock that let the call go on
+$s = $etcd->released_promptly(
+	node => $node,
+	session => $s,
+	since => $wait0,
+	gone => sub { return join(',', $etcd->keys('wt/')) eq $wb },
+	label => 'whole call: nothing of the call left',
+	show => sub { return [ $etcd->keys('wt/') ] });
 $h2->query_safe("SELECT lockfence.etcd_unlock('$wb')");
 
 # --- a name the session holds itself: its session lease is checked after ----

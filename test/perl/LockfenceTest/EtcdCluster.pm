@@ -1070,6 +1070,64 @@ sub run_delay
 
 =pod
 
+=item cpu_wait(pid)
+
+run_delay(pid) plus run_delay of every live member of the cluster: how
+long a backend and etcd have waited, runnable, for a CPU so far.
+
+=cut
+
+sub cpu_wait
+{
+	my ($self, $pid) = @_;
+	my $s = run_delay($pid);
+	$s += run_delay($_->{pid}) for grep { defined $_->{pid} } @{ $self->{member} };
+	return $s;
+}
+
+=pod
+
+=item released_promptly(node => N, session => S, since => T, gone => CODE, label => TEXT[, show => CODE])
+
+After a cancel, a statement timeout or a wait_timeout (55P03), a failed
+etcd call releases what it left within ETCD_PENDING_RELEASE_MS (50 ms),
+so that the error is not delayed; what does not fit goes when the
+session ends (its exit callback revokes the lease) or with the TTL.  One
+check: gone->() true at once, unless the session's backend and etcd have
+waited at least 50 ms for a CPU since T (a cpu_wait reading taken before
+the interrupt or the deadline): a loaded machine, not the code.  Then
+gone->() true within 10 s of the session's end.  show->() is printed
+when the check fails.  Returns the session to go on with: a new one when
+it was ended.
+
+=cut
+
+sub released_promptly
+{
+	my ($self, %a) = @_;
+	my $waited_ms = ($self->cpu_wait($a{session}{pid}) - $a{since}) * 1000;
+	my $ok;
+
+	if ($waited_ms < 50 || $a{gone}->())
+	{
+		$ok = Test::More::ok($a{gone}->(),
+			sprintf('%s (the backend and etcd waited %.1f ms for a CPU)',
+				$a{label}, $waited_ms));
+	}
+	else
+	{
+		$a{session}->quit;
+		$ok = Test::More::ok(poll_until(10, $a{gone}),
+			sprintf('%s once the session ended (the backend and etcd waited %.1f ms for a CPU, more than the release has)',
+				$a{label}, $waited_ms));
+		$a{session} = session($a{node});
+	}
+	Test::More::diag(Test::More::explain($a{show}->())) if !$ok && $a{show};
+	return $a{session};
+}
+
+=pod
+
 =item run_delay_after(node, pid, seconds, text)
 
 run_delay(pid) read once seconds have passed since the start of the
