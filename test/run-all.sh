@@ -394,7 +394,8 @@ show_diffs() {
 
 # show_tap_logs [FILE...]: what led to each failed check in the TAP logs
 # (of the given test files, default all), and the end of the log.  A test
-# that died says so at its end instead.
+# that died says so at its end instead, in Perl's "... at FILE line N."
+# when it died before its first check (a helper's croak in the setup).
 show_tap_logs() {
 	local f t
 	local logs=()
@@ -407,7 +408,7 @@ show_tap_logs() {
 		logs=("$work"/tmp_check/log/regress_log_*)
 	fi
 	for f in "${logs[@]}"; do
-		[ -f "$f" ] && grep -q -e "not ok" -e "exited with" -e "error running SQL" -e "died" "$f" &&
+		[ -f "$f" ] && grep -q -e "not ok" -e "exited with" -e "error running SQL" -e "died" -e ' line [0-9][0-9]*\.$' "$f" &&
 			{ echo "--- $f"; grep -B40 -A10 "not ok" "$f" | head -300; grep -A2 "error running SQL" "$f" | head -20; echo "..."; tail -40 "$f"; }
 	done
 	return 1
