@@ -111,7 +111,7 @@ unlike($s->{stderr} // '', qr/ERROR|WARNING/, 'COMMIT succeeds while etcd does n
 $s->{stderr} = '';
 ok($took < 3, sprintf('and is not held up by the release (%.2f s)', $took));
 $etcd->resume_member(0);
-$etcd->wait_healthy(30);
+$etcd->wait_healthy();
 is($node->safe_psql('postgres', "SELECT token FROM lockfence.fences WHERE resource = 'res-x7'"),
 	'1', 'the transaction committed');
 ok(LockfenceTest::EtcdCluster::poll_until(20, sub { !defined $etcd->key_info($k7) }),

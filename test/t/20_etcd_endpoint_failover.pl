@@ -133,7 +133,7 @@ $etcd->resume_member($followers[0]);
 if ($got)
 {
 	my ($wkey) = $s->{stdout} =~ /got \d+ (\S+)/;
-	$etcd->wait_healthy(30);
+	$etcd->wait_healthy();
 	sleep 2;
 	like($etcd->etcdctl('get', '--keys-only', $wkey), qr/\Q$wkey\E/,
 		"the waiter's lock key survives the hung member waking up");

@@ -717,7 +717,7 @@ $etcd->stop;
 
 		$cl->resume_member($f1);
 		$paused = 0;
-		$cl->wait_healthy(30);
+		$cl->wait_healthy();
 		# etcd's lock service on the woken member would now delete the
 		# key of the lock request it held, W1's old key.
 		sleep 2;

@@ -212,7 +212,7 @@ for my $b (@bad)
 			$what, $ms, $cpu_ms));
 }
 $etcd->resume_member(0);
-$etcd->wait_healthy(30);
+$etcd->wait_healthy();
 is_deeply([ keys_under('laf-v/') ], [], 'invalid arguments: no lock key');
 is_deeply([ leases() ], \@base_leases, 'invalid arguments: no lease');
 

@@ -117,7 +117,7 @@ sub resume_and_check_leases
 {
 	my ($label) = @_;
 	$etcd->resume_member(0);
-	$etcd->wait_healthy(30);
+	$etcd->wait_healthy();
 	ok(poll_until(20, sub { scalar(keys_under('stop/')) == 1 }),
 		"$label: waiter key gone after the member resumed");
 	my $gone = poll_until(20,

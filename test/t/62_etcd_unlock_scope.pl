@@ -169,7 +169,7 @@ is($r->{sqlstate}, '57014', 'unlock interrupted while the member is paused')
 my $took = LockfenceTest::EtcdCluster::statement_duration($node, $s->{pid});
 ok($took < 1.0, sprintf('... within %.0f ms', $took * 1000));
 $etcd->resume_member(0);
-$etcd->wait_healthy(30);
+$etcd->wait_healthy();
 $s->quit;
 ok(poll_until(10, sub { !lease_alive($k2hex) && !key_exists($k2) }),
 	'the lease of the interrupted unlock is revoked when the session ends');
