@@ -109,7 +109,7 @@ for my $label (sort keys %bad_error)
 	my $before = $fault->hits->{'/v3/lease/revoke'} // 0;
 	my $offset = -s $node->logfile;
 	$e->quit;
-	my $deadline = time + 20;
+	my $deadline = time + 60;
 	while (time < $deadline &&
 		$node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $epid") ne '0')
 	{

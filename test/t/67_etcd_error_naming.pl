@@ -221,7 +221,7 @@ $p1->set(path => '/v3/auth/authenticate', mode => 'mutate',
 	ops => [ { op => 'set', path => ['token'], value => { not => 'a string' } } ]);
 my $offset = -s $node->logfile;
 $e->quit;
-my $deadline = time + 20;
+my $deadline = time + 60;
 while (time < $deadline &&
 	$node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $epid") ne '0')
 {

@@ -213,7 +213,7 @@ lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'
 lockfence.etcd_connect_timeout = '200ms'
 });
 $node->reload;
-my $deadline = time + 20;
+my $deadline = time + 60;
 my $f = findings();
 while ($f ne '' && time < $deadline)
 {

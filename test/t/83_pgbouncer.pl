@@ -232,7 +232,7 @@ my ($o, $e) = ('', '');
 my $client = IPC::Run::start([ 'psql', '-XAtq', @conn, '-d', 'postgres' ],
 	'<', \$in, '>', \$o, '2>', \$e);
 my $appeared = 0;
-$deadline = time + 20;
+$deadline = time + 60;
 while (time < $deadline)
 {
 	$client->pump_nb;    # IPC::Run feeds the input only when pumped
