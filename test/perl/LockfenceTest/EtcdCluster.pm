@@ -646,7 +646,8 @@ Poll until every running member reports healthy (a quorum read through
 it succeeds).  Croaks at the deadline (default 120 s), with the tail of
 each member log.  The deadline only bounds a failure: on a machine whose
 CPUs a hog keeps busy, the niced lanes of the test command get a few
-percent of one, and a member's start has taken over 10 s.
+percent of one (under such load TAP 65 took 21 s from its start, this
+wait included, to its first connection).
 
 =cut
 
