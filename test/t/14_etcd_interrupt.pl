@@ -95,11 +95,10 @@ $w = LockfenceTest::EtcdCluster::session($node);
 $w->query_safe("SET statement_timeout = '1s'");
 LockfenceTest::EtcdCluster::send_query($w,
 	"SELECT key, token FROM lockfence.etcd_lock('intr', 60);");
+$t1 = wait_for_error($w, 30);
 # The backend's wait for a CPU counted from the timeout on: what it waited
 # before does not delay the error.
-$rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w->{pid},
-	1.0, "etcd_lock('intr'");
-$t1 = wait_for_error($w, 30);
+$rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w, 1.0);
 ok(defined $t1, 'waiter under statement_timeout got an error');
 # From the statement's start (its timeout starts just after) to its error,
 # both on the server's clock (the failed statement stays the session's

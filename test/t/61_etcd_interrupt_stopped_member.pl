@@ -202,10 +202,9 @@ for my $i (1 .. $tries)
 	ok(poll_until(30, sub { scalar(keys_under('stop/')) == 2 }),
 		"wait_timeout $i: waiter queued its key");
 	$etcd->pause_member(0);
-	# the wait for a CPU counted from the deadline on
-	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w->{pid},
-		$wait_s, "etcd_lock('stop'");
 	my $t1 = wait_for_error($w, 15);
+	# the wait for a CPU counted from the deadline on
+	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w, $wait_s);
 	ok(defined $t1, "wait_timeout $i: error arrived");
 	like($w->{stderr}, qr/ERROR:\s+55P03/, "wait_timeout $i: 55P03")
 	  or diag $w->{stderr};
@@ -293,9 +292,8 @@ for my $i (1 .. $tries)
 	$fault->set(path => '/v3/kv/txn', mode => 'mutate', times => 1, ops => []);
 	$fault->set(path => '/v3/kv/txn', mode => 'hang', seconds => 10);
 	send_query($w, "SELECT key FROM lockfence.etcd_lock('stop', 3, '${wait_s}s');");
-	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w->{pid},
-		$wait_s, "etcd_lock('stop'");
 	my $t1 = wait_for_error($w, 15);
+	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w, $wait_s);
 	ok(defined $t1, "queue read $i: error arrived");
 	like($w->{stderr}, qr/ERROR:\s+55P03/, "queue read $i: 55P03") or diag $w->{stderr};
 	like($w->{stderr}, qr/DETAIL:\s+The wait_timeout passed during a read of the lock queue/,

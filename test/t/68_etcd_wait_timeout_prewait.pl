@@ -68,10 +68,9 @@ sub sample
 	$prepare->($w);
 	$etcd->pause_member(0);
 	send_query($w, $sql);
-	# the wait for a CPU counted from the deadline on
-	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w->{pid},
-		$wait_ms / 1000, $sql);
 	my $t1 = wait_for_error($w, 30);
+	# the wait for a CPU counted from the deadline on
+	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w, $wait_ms / 1000);
 	# from the statement's start to its error, on the server (the waiter's
 	# session is still there after its ERROR, with the call as its last
 	# statement), less the time the backend waited for a CPU after the

@@ -1206,34 +1206,36 @@ sub released_promptly
 
 =pod
 
-=item run_delay_after(node, pid, seconds, text)
+=item run_delay_after(node, session, seconds)
 
-run_delay(pid) read once seconds have passed since the start of the
-statement of backend pid whose text contains text (waiting for that
-statement to start first): for a bound on what happens after a deadline
-(a wait_timeout), the wait for a CPU before the deadline must not be
-subtracted (it delays nothing that is measured), and a read after it
-only subtracts less.
+run_delay of the session's backend once seconds had passed since the
+start of its last statement (query_start), taken from the samples that
+wait_for_error read while it waited for that statement's error: for a
+bound on what happens after a deadline (a wait_timeout), the wait for a
+CPU before the deadline must not be subtracted (it delays nothing that is
+measured).  The first sample at or after the deadline is used, so a late
+sample only subtracts less.  Call it right after wait_for_error, before
+the session runs anything else.
+
+The samples come from the test's loop, every 0.5 ms, reading /proc: a
+poll of pg_stat_activity for the statement's start, as this did before,
+takes a psql of its own, and on a loaded machine one returned after the
+statement had ended, so that no wait at all was subtracted (TAP 68 on 17,
+2026-12-05: "failed after 414.5 ms, and 0.0 ms waiting for a CPU").
+If the statement ended before the deadline, run_delay now (nothing after
+the deadline to subtract).
 
 =cut
 
 sub run_delay_after
 {
-	my ($node, $pid, $seconds, $text) = @_;
-	my $start = '';
-	my $deadline = time + 30;
-	while (time < $deadline)
+	my ($node, $s, $seconds) = @_;
+	my $at = statement_start($node, $s->{pid}) + $seconds;
+	for my $sample (@{ $s->{run_delays} // [] })
 	{
-		$start = $node->safe_psql('postgres',
-			"SELECT extract(epoch FROM query_start) FROM pg_stat_activity WHERE pid = $pid AND strpos(query, \$lf\$$text\$lf\$) > 0");
-		last if $start ne '';
-		usleep(2_000);
+		return $sample->[1] if $sample->[0] >= $at;
 	}
-	die "run_delay_after: backend $pid never ran a statement with \"$text\""
-	  if $start eq '';
-	my $left = $start + $seconds - time;
-	usleep(int($left * 1e6)) if $left > 0;
-	return run_delay($pid);
+	return run_delay($s->{pid});
 }
 
 =pod
@@ -1450,7 +1452,10 @@ sub send_raw
 =item wait_for_error(session, seconds)
 
 Pump a background session every 0.5 ms until its stderr shows an ERROR
-or FATAL; returns the time that was seen, or undef after seconds.
+or FATAL; returns the time that was seen, or undef after seconds.  At
+every turn it also reads run_delay of the session's backend (from
+session(), which sets $session->{pid}), kept as [time, run_delay] in
+$session->{run_delays} for run_delay_after.
 
 =cut
 
@@ -1458,8 +1463,11 @@ sub wait_for_error
 {
 	my ($s, $seconds) = @_;
 	my $deadline = time + $seconds;
+	$s->{run_delays} = [];
 	while (time < $deadline)
 	{
+		push @{ $s->{run_delays} }, [ time, run_delay($s->{pid}) ]
+		  if defined $s->{pid};
 		eval { $s->{run}->pump_nb; };
 		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
 		usleep(500);
