@@ -19,9 +19,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "restart_after_crash = on\n");
 $node->start;
 

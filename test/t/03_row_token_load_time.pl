@@ -18,9 +18,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('loadtime');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'lockfence'\n");
 $node->start;

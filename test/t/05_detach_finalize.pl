@@ -13,9 +13,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('detach');
-$node->init;
+init_node($node);
 $node->start;
 
 $node->safe_psql('postgres', q{

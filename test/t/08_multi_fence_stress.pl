@@ -31,6 +31,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $sessions = 8;
 my $seconds = 10;
@@ -38,7 +39,7 @@ my $hard_seconds = 90;
 my @resources = map { "r$_" } 0 .. 7;
 
 my $node = PostgreSQL::Test::Cluster->new('multifence');
-$node->init;
+init_node($node);
 # Report a deadlock quickly, should one ever form.
 $node->append_conf('postgresql.conf', "deadlock_timeout = '50ms'\n");
 $node->start;

@@ -14,9 +14,10 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('metrics');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'lockfence'
 log_min_messages = warning
@@ -346,7 +347,7 @@ $node->stop;
 # --- without shared_preload_libraries -----------------------------------
 
 my $plain = PostgreSQL::Test::Cluster->new('plain');
-$plain->init;
+init_node($plain);
 $plain->start;
 $plain->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 is($plain->safe_psql('postgres', "SELECT lockfence.fence('p', 5)"), '5',

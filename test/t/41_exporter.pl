@@ -22,6 +22,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use LockfenceTest::Node qw(init_node);
 
 my $yaml_file = ($ENV{TESTDIR} // ".") . "/monitoring/postgres_exporter.yaml";  # no TESTDIR since 17
 my $exporter_bin = '/usr/bin/prometheus-postgres-exporter';
@@ -47,7 +48,7 @@ is_deeply(
 	'the YAML defines the expected queries');
 
 my $node = PostgreSQL::Test::Cluster->new('exporter');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'");
 $node->start;
 $node->safe_psql('postgres', q{

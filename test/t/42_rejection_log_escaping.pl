@@ -16,9 +16,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('logfmt');
-$node->init;
+init_node($node);
 # No statement logging and no ERROR lines (log_min_messages = log keeps
 # LOG but not ERROR): the statements and errors hold the same hostile
 # names, and PostgreSQL writes them on several lines; this test must see

@@ -21,13 +21,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 # Every version ever released, oldest first.  A new release adds its
 # predecessor here, and an upgrade script from it.
 my @released = ('1.0', '1.1', '1.2', '1.3', '1.4');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'\n");
 $node->start;
 

@@ -18,11 +18,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use LockfenceTest::Node qw(init_node);
 
 # --- promotion of a synchronous standby --------------------------------------
 
 my $primary = PostgreSQL::Test::Cluster->new('lease_primary');
-$primary->init(allows_streaming => 1);
+init_node($primary, allows_streaming => 1);
 $primary->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'lockfence'\n");
 $primary->start;
@@ -87,7 +88,7 @@ SKIP:
 	skip 'pgbouncer is not installed', 7 unless -x $pgbouncer;
 
 	my $node = PostgreSQL::Test::Cluster->new('lease_pgb');
-	$node->init;
+	init_node($node);
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = 'lockfence'\n");
 	$node->start;

@@ -29,6 +29,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node qw(init_node);
 
 my $pool_size = 2;
 my $ttl = '6 s';
@@ -38,7 +39,7 @@ ok($pgbouncer, 'pgbouncer is installed (Debian package pgbouncer)')
   or BAIL_OUT('pgbouncer missing: run scripts/install-deps.sh');
 
 my $node = PostgreSQL::Test::Cluster->new('lease_pool');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'lockfence'\nlog_min_messages = warning\n");
 $node->start;

@@ -17,9 +17,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('privileges');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "log_min_messages = warning\n");
 $node->start;
 

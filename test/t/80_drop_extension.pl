@@ -13,10 +13,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 # Not preloaded: the guard must work from the extension's SQL alone.
 my $node = PostgreSQL::Test::Cluster->new('drop_guard');
-$node->init(allows_streaming => 1);
+init_node($node, allows_streaming => 1);
 $node->append_conf('postgresql.conf', "log_min_messages = warning\n");
 $node->start;
 

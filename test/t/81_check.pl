@@ -20,9 +20,10 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('check');
-$node->init(allows_streaming => 1);
+init_node($node, allows_streaming => 1);
 $node->append_conf('postgresql.conf', "log_min_messages = warning\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION lockfence');

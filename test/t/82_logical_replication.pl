@@ -19,13 +19,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use LockfenceTest::Node qw(init_node);
 
 my $pub = PostgreSQL::Test::Cluster->new('lr_pub');
-$pub->init(allows_streaming => 'logical');
+init_node($pub, allows_streaming => 'logical');
 $pub->append_conf('postgresql.conf', "log_min_messages = warning\n");
 $pub->start;
 my $sub = PostgreSQL::Test::Cluster->new('lr_sub');
-$sub->init;
+init_node($sub);
 $sub->append_conf('postgresql.conf', qq{
 log_min_messages = warning
 wal_retrieve_retry_interval = '200ms'

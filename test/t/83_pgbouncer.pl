@@ -24,6 +24,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node qw(init_node);
 
 my $duration = 15;    # seconds of pgbench load
 my $clients = 8;
@@ -34,7 +35,7 @@ ok($pgbouncer, 'pgbouncer is installed (Debian package pgbouncer)')
   or BAIL_OUT('pgbouncer missing: run scripts/install-deps.sh');
 
 my $node = PostgreSQL::Test::Cluster->new('pooler');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "log_min_messages = warning\nlockfence.log_rejections = off\n");
 $node->start;
 $node->safe_psql('postgres', q{

@@ -22,11 +22,12 @@ use IPC::Run ();
 use File::Spec;
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node qw(init_node);
 
 my $callback = File::Spec->rel2abs('scripts/patroni-on-role-change.sh');
 
 my $primary = PostgreSQL::Test::Cluster->new('floor_primary');
-$primary->init(allows_streaming => 1);
+init_node($primary, allows_streaming => 1);
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 $primary->safe_psql('postgres',

@@ -41,6 +41,7 @@ use File::Spec;
 
 use LockfenceTest::EtcdCluster;
 use LockfenceTest::Failover;
+use LockfenceTest::Node qw(init_node);
 
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
@@ -103,7 +104,7 @@ sub new_node
 	}
 	else
 	{
-		$node->init(allows_streaming => 1);
+		init_node($node, allows_streaming => 1);
 		$node->append_conf('postgresql.conf',
 			"shared_preload_libraries = 'repmgr'\nwal_keep_size = '256MB'\n"
 			  # The standby's walreceiver is killed: its postmaster must

@@ -26,9 +26,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
+init_node($primary, allows_streaming => 1);
 $primary->append_conf('postgresql.conf', "max_prepared_transactions = 5\n");
 $primary->start;
 $primary->safe_psql('postgres', q{

@@ -23,9 +23,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('mxid');
-$node->init;
+init_node($node);
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION lockfence;

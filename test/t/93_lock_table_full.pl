@@ -16,9 +16,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use LockfenceTest::Node qw(init_node);
 
 my $node = PostgreSQL::Test::Cluster->new('locks');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf',
 	"max_locks_per_transaction = 10\nmax_connections = 10\n");
 $node->start;

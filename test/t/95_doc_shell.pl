@@ -31,6 +31,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use LockfenceTest::DocPages;
+use LockfenceTest::Node qw(init_node);
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 my @pages = LockfenceTest::DocPages::pages($top);
@@ -76,7 +77,7 @@ for my $page (@pages)
 }
 
 my $node = PostgreSQL::Test::Cluster->new('doc_shell');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'lockfence'\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE DATABASE app');

@@ -39,6 +39,7 @@ use Test::More;
 
 use LockfenceTest::DocPages;
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node qw(init_node);
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 
@@ -172,7 +173,7 @@ if ($need_etcd)
 	$conf .= "lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n";
 }
 my $node = PostgreSQL::Test::Cluster->new('doc_examples');
-$node->init;
+init_node($node);
 $node->append_conf('postgresql.conf', $conf);
 $node->start;
 $node->safe_psql('postgres',

@@ -25,6 +25,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use LockfenceTest::Node qw(init_node);
 
 # Citus' nodes reach each other by host name and port: TCP on 127.0.0.1
 # (initdb's trust authentication covers it).  Set before any node exists.
@@ -79,7 +80,7 @@ sub start_cluster
 	for my $i (0 .. $nworkers)
 	{
 		my $n = PostgreSQL::Test::Cluster->new($i == 0 ? "${name}_coord" : "${name}_w$i");
-		$n->init;
+		init_node($n);
 		$n->append_conf('postgresql.conf', <<'EOF');
 shared_preload_libraries = 'citus,lockfence'
 max_prepared_transactions = 50

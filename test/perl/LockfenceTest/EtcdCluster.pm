@@ -58,6 +58,7 @@ use IO::Socket::INET;
 use IPC::Run ();
 # Loaded at compile time (its INIT block sets up the port lock folder).
 use PostgreSQL::Test::Cluster ();
+use LockfenceTest::Node ();
 use JSON::PP;
 use MIME::Base64 ();
 use POSIX ();
@@ -995,8 +996,9 @@ END
 
 =item pg_node(name, conf)
 
-A PostgreSQL::Test::Cluster node with lockfence created in database
-postgres; conf is appended to postgresql.conf before the start.
+A PostgreSQL::Test::Cluster node (from LockfenceTest::Node's template)
+with lockfence created in database postgres; conf is appended to
+postgresql.conf before the start.
 
 =cut
 
@@ -1005,55 +1007,11 @@ sub pg_node
 	my ($name, $conf) = @_;
 	require PostgreSQL::Test::Cluster;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	_init_from_template($node);
+	LockfenceTest::Node::init_node($node);
 	$node->append_conf('postgresql.conf', $conf // '');
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION lockfence');
 	return $node;
-}
-
-# initdb runs once per tmp_check (one lane's TAP files, so one major) and
-# each node made here starts from a copy of its data folder, as
-# PostgreSQL 17's Cluster.pm does with INITDB_TEMPLATE: on this machine an
-# initdb costs about 0.8 CPU seconds, a copy about 0.1, and 31 files make
-# their nodes (32) here.  The copies share one system identifier, which no test
-# using pg_node compares (a dump restored into another cluster, TAP 02 and
-# 88, needs two identities: those init their own nodes).
-sub _initdb_template
-{
-	my $tpl = "$PostgreSQL::Test::Utils::tmp_check/initdb-template";
-	return $tpl if -f "$tpl/PG_VERSION";
-	my $tmp = "$tpl.$$";
-	PostgreSQL::Test::Utils::system_or_bail('initdb', '-D', $tmp, '-A', 'trust', '-N');
-	# rename() is atomic: a folder at $tpl is complete.  Another test file
-	# of the lane (prove -j) may have made it first; its copy is kept.
-	File::Path::rmtree($tmp) unless rename($tmp, $tpl);
-	return $tpl;
-}
-
-# $node->init, from the template.  PostgreSQL 17 and later copy
-# INITDB_TEMPLATE themselves; 15's init runs initdb through
-# system_or_bail, which is replaced by the same copy for that call only
-# (any other command, or initdb with other options, runs as before).
-sub _init_from_template
-{
-	my ($node) = @_;
-	my $tpl = _initdb_template();
-	if ($node->pg_version >= 17)
-	{
-		local $ENV{INITDB_TEMPLATE} = $tpl;
-		$node->init;
-		return;
-	}
-	my $run = \&PostgreSQL::Test::Utils::system_or_bail;
-	no warnings 'redefine';
-	local *PostgreSQL::Test::Utils::system_or_bail = sub {
-		return $run->(@_)
-		  unless @_ == 6 && "@_" eq "initdb -D $_[2] -A trust -N";
-		return $run->('cp', '-RPp', $tpl, $_[2]);
-	};
-	$node->init;
-	return;
 }
 
 =pod
