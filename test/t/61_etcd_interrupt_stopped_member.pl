@@ -144,7 +144,8 @@ for my $i (1 .. $tries)
 	push @cancel_ms, $ms;
 	ok($ms < $bound_ms,
 		sprintf('cancel %d took %.1f ms, and %.1f ms waiting for a CPU (< %d)',
-			$i, $ms, $cpu_ms, $bound_ms));
+			$i, $ms, $cpu_ms, $bound_ms))
+	  or diag(LockfenceTest::EtcdCluster::error_wait_diag($w, $t0));
 	resume_and_check_leases("cancel $i");
 	$w->{stderr} = '';
 	is($w->query_safe('SELECT 1'), '1', "cancel $i: session usable");
@@ -172,7 +173,8 @@ for my $i (1 .. $tries)
 	push @term_ms, $ms;
 	ok($ms < $bound_ms,
 		sprintf('terminate %d took %.1f ms, and %.1f ms waiting for a CPU (< %d)',
-			$i, $ms, $cpu_ms, $bound_ms));
+			$i, $ms, $cpu_ms, $bound_ms))
+	  or diag(LockfenceTest::EtcdCluster::error_wait_diag($w, $t0));
 
 	# the exit cleanup (revoking the lease) is bounded by 1 s in total
 	my $gone = poll_until(10, sub {

@@ -1106,6 +1106,73 @@ sub run_delay
 
 =pod
 
+=item on_cpu(pid)
+
+How long a backend (all its threads) has run on a CPU so far, in seconds
+(the first field of schedstat; page faults count here too).
+
+=cut
+
+sub on_cpu
+{
+	my ($pid) = @_;
+	my $s = 0;
+	for my $stat (glob("/proc/$pid/task/*/schedstat"))
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh>;
+		close($fh);
+		$s += $1 if defined $line && $line =~ /^(\d+)/;
+	}
+	return $s / 1e9;
+}
+
+=pod
+
+=item error_wait_diag(session, t0)
+
+For a bound missed after wait_for_error: from its samples, how the time
+from t0 (seconds since the epoch) to the error went in the backend: on a
+CPU, waiting for one, and neither (asleep or blocked, in I/O for
+example), with the longest stretch of the last.
+
+=cut
+
+sub error_wait_diag
+{
+	my ($s, $t0) = @_;
+	my @w = grep { $_->[0] >= $t0 } @{ $s->{run_delays} // [] };
+	return 'no samples after the signal' if @w < 2;
+	# A stretch: consecutive samples between which the backend mostly
+	# neither ran nor waited to run.
+	my ($idle, $longest, $at, $run, $from) = (0, 0, 0, 0, 0);
+	for my $i (1 .. $#w)
+	{
+		my $span = $w[$i][0] - $w[ $i - 1 ][0];
+		my $gap = $span
+		  - ($w[$i][1] - $w[ $i - 1 ][1]) - ($w[$i][2] - $w[ $i - 1 ][2]);
+		$idle += $gap if $gap > 0;
+		if ($gap > $span / 2)
+		{
+			$from = $w[ $i - 1 ][0] - $t0 if $run == 0;
+			$run += $span;
+			($longest, $at) = ($run, $from) if $run > $longest;
+		}
+		else
+		{
+			$run = 0;
+		}
+	}
+	return sprintf('from %.1f to %.1f ms after the signal (%d samples): '
+		  . 'on a CPU %.1f ms, waiting for one %.1f ms, neither %.1f ms '
+		  . '(longest %.1f ms, from %.1f ms)',
+		($w[0][0] - $t0) * 1000, ($w[-1][0] - $t0) * 1000, scalar(@w),
+		($w[-1][2] - $w[0][2]) * 1000, ($w[-1][1] - $w[0][1]) * 1000,
+		$idle * 1000, $longest * 1000, $at * 1000);
+}
+
+=pod
+
 =item cpu_wait(pid)
 
 run_delay(pid) plus run_delay of every live member of the cluster: how
@@ -1412,7 +1479,7 @@ sub send_raw
 Pump a background session every 0.5 ms until its stderr shows an ERROR
 or FATAL; returns the time that was seen, or undef after seconds.  At
 every turn it also reads run_delay of the session's backend (from
-session(), which sets $session->{pid}), kept as [time, run_delay] in
+session(), which sets $session->{pid}), kept as [time, run_delay, on_cpu] in
 $session->{run_delays} for run_delay_after.
 
 =cut
@@ -1424,7 +1491,8 @@ sub wait_for_error
 	$s->{run_delays} = [];
 	while (time < $deadline)
 	{
-		push @{ $s->{run_delays} }, [ time, run_delay($s->{pid}) ]
+		push @{ $s->{run_delays} },
+		  [ time, run_delay($s->{pid}), on_cpu($s->{pid}) ]
 		  if defined $s->{pid};
 		eval { $s->{run}->pump_nb; };
 		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
