@@ -1090,16 +1090,20 @@ another suite, a CPU hog), which late_ms subtracts and reports apart.
 
 =cut
 
-sub run_delay
+sub run_delay { return _schedstat($_[0], 1); }
+
+# Field i (0: time on a CPU, 1: time waiting for one) of
+# /proc/PID/task/TID/schedstat, summed over the threads, in seconds.
+sub _schedstat
 {
-	my ($pid) = @_;
+	my ($pid, $i) = @_;
 	my $s = 0;
 	for my $stat (glob("/proc/$pid/task/*/schedstat"))
 	{
 		open(my $fh, '<', $stat) or next;
 		my $line = <$fh>;
 		close($fh);
-		$s += $1 if defined $line && $line =~ /^\d+\s+(\d+)/;
+		$s += (split ' ', $line)[$i] // 0 if defined $line;
 	}
 	return $s / 1e9;
 }
@@ -1113,19 +1117,7 @@ How long a backend (all its threads) has run on a CPU so far, in seconds
 
 =cut
 
-sub on_cpu
-{
-	my ($pid) = @_;
-	my $s = 0;
-	for my $stat (glob("/proc/$pid/task/*/schedstat"))
-	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh>;
-		close($fh);
-		$s += $1 if defined $line && $line =~ /^(\d+)/;
-	}
-	return $s / 1e9;
-}
+sub on_cpu { return _schedstat($_[0], 0); }
 
 =pod
 
