@@ -283,6 +283,7 @@ extern void etcd_session_lock_acquired(int64 lease, const char *key,
 extern void etcd_session_lock_handed_over(const char *key, bool xact_scope);
 extern void etcd_session_lock_released(const char *key);
 extern void etcd_session_lock_found_gone(const char *key);
+extern void etcd_session_give_up(int64 lease, const char *key);
 extern void etcd_session_release_quietly(int64 lease, const char *key,
 										 long budget_ms, bool keep_lease);
 extern bool etcd_session_owns(int64 lease);
@@ -318,6 +319,8 @@ typedef struct EtcdLockResult
 	int64		lease;
 	int64		token;			/* create_revision of key */
 	bool		fresh_lease;	/* lease granted for this lock */
+	TimestampTz release_began;	/* a failed acquisition's release of what
+								 * it left in etcd began then (0: none) */
 } EtcdLockResult;
 
 extern void etcd_lock_check_args(const char *name, int ttl);
@@ -325,7 +328,7 @@ extern bool etcd_lock_acquire(const char *name, int ttl, long wait_ms,
 							  bool try_only, EtcdLockResult *res);
 extern void etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope);
 extern void etcd_lock_release_after_error(int64 lease, const char *key,
-										  bool keep_lease);
+										  bool keep_lease, long budget_ms);
 extern bool etcd_unlock_key(const char *key, bool force);
 extern long etcd_acquire_cleanup_budget_ms(void);
 

@@ -63,24 +63,24 @@ etcd_acquire_cleanup_budget_ms(void)
 
 /*
  * Release a lock of ours (key on lease) that was not handed to the SQL
- * caller, after an error, quietly within etcd_acquire_cleanup_budget_ms():
- * see etcd_session_release_quietly.  keep_lease: the lease was not
- * granted for this lock (a session lease used before), so only the key
- * is deleted.  Abandons the requests in flight
- * first.  Never raises.
+ * caller, after an error, quietly within budget_ms (one lock:
+ * etcd_acquire_cleanup_budget_ms(); several: what is left of one such
+ * budget for all of them): see etcd_session_release_quietly.  keep_lease:
+ * the lease was not granted for this lock (a session lease used before),
+ * so only the key is deleted.  Abandons the requests in flight first.
+ * Never raises.
  */
 void
-etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease)
+etcd_lock_release_after_error(int64 lease, const char *key, bool keep_lease,
+							  long budget_ms)
 {
-	long		budget = etcd_acquire_cleanup_budget_ms();
-
 	/* for tests: leave the lock to the abort's safety net (etcd_session.c) */
 	if (etcd_fault_injected("skip_own_release"))
 		return;
 	HOLD_INTERRUPTS();
 	etcd_http_abort_all();
 	if (lease > 0 && etcd_session_owns(lease))
-		etcd_session_release_quietly(lease, key, budget, keep_lease);
+		etcd_session_release_quietly(lease, key, budget_ms, keep_lease);
 	RESUME_INTERRUPTS();
 }
 
@@ -482,8 +482,9 @@ release_after_failed_steps(void *arg)
 {
 	AcquireCall *c = (AcquireCall *) arg;
 
+	c->res->release_began = GetCurrentTimestamp();
 	etcd_lock_release_after_error(c->lease, lock_key(c->name, c->lease),
-								  !c->fresh);
+								  !c->fresh, etcd_acquire_cleanup_budget_ms());
 }
 
 /*
@@ -683,7 +684,8 @@ delete_own_key_after_error(void *arg)
 {
 	OwnKeyDelete *d = (OwnKeyDelete *) arg;
 
-	etcd_lock_release_after_error(d->lease, d->key, true);
+	etcd_lock_release_after_error(d->lease, d->key, true,
+								  etcd_acquire_cleanup_budget_ms());
 }
 
 /*

@@ -23,9 +23,10 @@
  * per-lock path of a failed acquisition (etcd_lock_release_after_error),
  * newest first, before the error propagates: a caller that never learned
  * the keys owns none of them.  Those releases share one cleanup budget
- * (etcd_cleanup_budget_ms, short after a cancel); locks left over when it
- * runs out stay pending, and the (sub)transaction abort that the error
- * causes releases them (etcd_session.c).
+ * (etcd_acquire_cleanup_budget_ms, short after a cancel or wait_timeout);
+ * locks left over when it runs out are given up at once, their keys going
+ * with their leases (revoked at exit, or expired with the TTL), so the
+ * error is not delayed by a second budget at the abort.
  *
  * etcd_lock_and_fence fences each resource with the token of its own lock,
  * holder the lock's key, resources in byte order like fence(text[], ...),
@@ -278,23 +279,42 @@ typedef struct LockSetCall
 /*
  * Release, after an error, every lock of the set this call holds (all
  * pending), newest first, each as a failed acquisition releases its lock,
- * within one cleanup budget in all.  Locks left when the budget is spent
- * stay pending: the abort of the (sub)transaction that took them releases
- * them.  Never raises.
+ * within one cleanup budget in all (etcd_acquire_cleanup_budget_ms(): 50
+ * ms after a cancel, so the interrupt takes effect at once however many
+ * locks the set holds).  Locks left when the budget is spent are given
+ * up: their keys go with their leases, at exit or with the TTL.  Never
+ * raises.
  */
 static void
 lock_set_release_after_error(void *arg)
 {
 	EtcdLockSet *set = ((LockSetCall *) arg)->set;
+	TimestampTz began = GetCurrentTimestamp();
 	TimestampTz deadline;
 
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+	/*
+	 * The lock whose acquisition failed released its own key first (see
+	 * etcd_lock.c): that was the first part of the one budget.
+	 */
+	if (set->held < set->count && set->locks[set->held].release_began != 0)
+		began = set->locks[set->held].release_began;
+	deadline = TimestampTzPlusMilliseconds(began,
 										   etcd_acquire_cleanup_budget_ms());
-	while (set->held > 0 && GetCurrentTimestamp() < deadline)
+	while (set->held > 0)
 	{
 		EtcdLockResult *l = &set->locks[--set->held];
+		long		left = wait_ms_until(deadline);
 
-		etcd_lock_release_after_error(l->lease, l->key, !l->fresh_lease);
+		/*
+		 * Each release gets what is left, not a budget of its own; once it
+		 * is spent, the rest are given up at once rather than left pending
+		 * for the abort, whose release would take a second budget.
+		 */
+		if (left > 0)
+			etcd_lock_release_after_error(l->lease, l->key, !l->fresh_lease,
+										  left);
+		else
+			etcd_session_give_up(l->lease, l->key);
 	}
 	set->held = 0;
 }

@@ -638,6 +638,26 @@ etcd_session_lease_shared(int64 lease, const char *key)
 }
 
 /*
+ * Give up a lock of ours without a request to etcd: it is lost (for the
+ * commit check too) and forgotten, and its lease is no longer used or
+ * renewed, so the key goes when the lease is revoked at exit or expires
+ * with its TTL (other locks on that lease go with it: fail closed, as a
+ * key of ours left on a lease we keep renewing would block its name).
+ */
+void
+etcd_session_give_up(int64 lease, const char *key)
+{
+	HeldLock   *l = key != NULL ? find_lock(key) : NULL;
+
+	if (l != NULL)
+	{
+		mark_lost(l);
+		forget_lock(l - locks);
+	}
+	etcd_session_retire(lease);
+}
+
+/*
  * Release a lock that was not handed to its caller, or whose acquisition
  * failed, quietly within budget_ms; never raises.  A lease that carries no
  * other lock of ours is revoked (which deletes the key), unless keep_lease;
@@ -670,19 +690,9 @@ etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
 			return;
 		}
 	}
-	if (key != NULL)
-	{
-		HeldLock   *l = find_lock(key);
-
-		/* not deleted, its lease going: lost, for the commit check too */
-		if (l != NULL)
-		{
-			mark_lost(l);
-			forget_lock(l - locks);
-		}
-	}
+	/* not deleted, its lease going */
+	etcd_session_give_up(lease, key);
 	left = Max((long) ((deadline - GetCurrentTimestamp()) / 1000), 1L);
-	etcd_session_retire(lease);
 	(void) etcd_session_revoke(lease, left, true);
 	RESUME_INTERRUPTS();
 }

@@ -84,7 +84,8 @@ release_lock_of_row(void *arg)
 {
 	EtcdLockResult *res = ((LockRow *) arg)->res;
 
-	etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease);
+	etcd_lock_release_after_error(res->lease, res->key, !res->fresh_lease,
+								  etcd_acquire_cleanup_budget_ms());
 }
 
 /*
