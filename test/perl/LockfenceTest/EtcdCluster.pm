@@ -1090,34 +1090,38 @@ another suite, a CPU hog), which late_ms subtracts and reports apart.
 
 =cut
 
-sub run_delay { return _schedstat($_[0], 1); }
+sub run_delay { return (_schedstat($_[0]))[1]; }
 
-# Field i (0: time on a CPU, 1: time waiting for one) of
-# /proc/PID/task/TID/schedstat, summed over the threads, in seconds.
+# The first two fields of /proc/PID/task/TID/schedstat (time on a CPU,
+# time waiting for one), each summed over the threads, in seconds.
 sub _schedstat
 {
-	my ($pid, $i) = @_;
-	my $s = 0;
+	my ($pid) = @_;
+	my ($cpu, $wait) = (0, 0);
 	for my $stat (glob("/proc/$pid/task/*/schedstat"))
 	{
 		open(my $fh, '<', $stat) or next;
 		my $line = <$fh>;
 		close($fh);
-		$s += (split ' ', $line)[$i] // 0 if defined $line;
+		next unless defined $line;
+		my @f = split ' ', $line;
+		$cpu += $f[0] // 0;
+		$wait += $f[1] // 0;
 	}
-	return $s / 1e9;
+	return ($cpu / 1e9, $wait / 1e9);
 }
 
-=pod
-
-=item on_cpu(pid)
-
-How long a backend (all its threads) has run on a CPU so far, in seconds
-(the first field of schedstat; page faults count here too).
-
-=cut
-
-sub on_cpu { return _schedstat($_[0], 0); }
+# Where in the kernel process pid sleeps (/proc/PID/wchan: do_epoll_wait for a
+# backend waiting in its WaitEventSet, for example; "0" while it runs or
+# is runnable), or '' when the kernel does not tell.
+sub _wchan
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/wchan") or return '';
+	my $w = <$fh> // '';
+	close($fh);
+	return $w;
+}
 
 =pod
 
@@ -1126,7 +1130,10 @@ sub on_cpu { return _schedstat($_[0], 0); }
 For a bound missed after wait_for_error: from its samples, how the time
 from t0 (seconds since the epoch) to the error went in the backend: on a
 CPU, waiting for one, and neither (asleep or blocked, in I/O for
-example), with the longest stretch of the last.
+example), with the longest stretch of the last, and where in the kernel
+it slept (each sample's wchan: do_epoll_wait is the backend's own wait on its
+sockets and latch; anything else, such as a page fault or a write held
+back for dirty pages, is the machine's).
 
 =cut
 
@@ -1134,16 +1141,23 @@ sub error_wait_diag
 {
 	my ($s, $t0) = @_;
 	my @w = grep { $_->[0] >= $t0 } @{ $s->{run_delays} // [] };
-	return 'no samples after the signal' if @w < 2;
+	return 'no samples after it' if @w < 2;
 	# A stretch: consecutive samples between which the backend mostly
 	# neither ran nor waited to run.
 	my ($idle, $longest, $at, $run, $from) = (0, 0, 0, 0, 0);
+	my %slept_in;
 	for my $i (1 .. $#w)
 	{
 		my $span = $w[$i][0] - $w[ $i - 1 ][0];
 		my $gap = $span
 		  - ($w[$i][1] - $w[ $i - 1 ][1]) - ($w[$i][2] - $w[ $i - 1 ][2]);
-		$idle += $gap if $gap > 0;
+		if ($gap > 0)
+		{
+			$idle += $gap;
+			# ("0": running or runnable when read; '': not readable)
+			my $where = $w[$i][3] eq '0' ? 'running' : $w[$i][3] || '?';
+			$slept_in{$where} += $gap;
+		}
 		if ($gap > $span / 2)
 		{
 			$from = $w[ $i - 1 ][0] - $t0 if $run == 0;
@@ -1155,12 +1169,14 @@ sub error_wait_diag
 			$run = 0;
 		}
 	}
-	return sprintf('from %.1f to %.1f ms after the signal (%d samples): '
+	return sprintf('from %.1f to %.1f ms after the signal or deadline (%d samples): '
 		  . 'on a CPU %.1f ms, waiting for one %.1f ms, neither %.1f ms '
-		  . '(longest %.1f ms, from %.1f ms)',
+		  . '(longest %.1f ms, from %.1f ms; asleep in %s)',
 		($w[0][0] - $t0) * 1000, ($w[-1][0] - $t0) * 1000, scalar(@w),
 		($w[-1][2] - $w[0][2]) * 1000, ($w[-1][1] - $w[0][1]) * 1000,
-		$idle * 1000, $longest * 1000, $at * 1000);
+		$idle * 1000, $longest * 1000, $at * 1000,
+		join(', ', map { sprintf('%s %.1f ms', $_, $slept_in{$_} * 1000) }
+			  sort { $slept_in{$b} <=> $slept_in{$a} } CORE::keys %slept_in));
 }
 
 =pod
@@ -1292,6 +1308,41 @@ sub late_ms
 	my $after = run_delay($pid);
 	my $delay = ($after > 0 && $after >= $before) ? $after - $before : 0;
 	return (($seconds - $delay) * 1000, $delay * 1000);
+}
+
+=pod
+
+=item at_most_one_over(label, bound_ms, tries)
+
+The second half of the rule for a latency bound checked over several
+tries of one case (tries: a reference to [ms, diag] pairs, ms a try's
+lateness less its wait for a CPU, diag what error_wait_diag said of it
+or undef).  The first half is each try's own check: below twice the
+bound (the code before issue 7 took 1 to 2 s).  This one: at most one
+try of the case at or over the bound, the README's promise, and each
+such try is printed with where its time went.
+
+Why one: on this shared VM a try now and then comes out 50 to 80 ms over
+its case's usual figure beyond its wait for a CPU (four tries of about
+500 in the five full runs of 2026-12-05, each in a different case; not
+explained yet: the wait channels printed with such a try tell whether
+the backend slept in its own wait or elsewhere in the kernel).  A code
+path that makes a case late does so try after try, and fails here.
+
+=cut
+
+sub at_most_one_over
+{
+	my ($label, $bound_ms, $tries) = @_;
+	my @over = grep { $tries->[$_][0] >= $bound_ms } 0 .. $#$tries;
+
+	Test::More::note(sprintf('%s: try %d took %.1f ms (%s)', $label, $_ + 1,
+			$tries->[$_][0], $tries->[$_][1] // 'no samples'))
+	  for @over;
+	return Test::More::ok(@over <= 1,
+		sprintf('%s: at most one try of %d at or over %d ms (%s ms)',
+			$label, scalar(@$tries), $bound_ms,
+			join(', ', map { sprintf '%.1f', $_->[0] } @$tries)));
 }
 
 =pod
@@ -1471,8 +1522,9 @@ sub send_raw
 Pump a background session every 0.5 ms until its stderr shows an ERROR
 or FATAL; returns the time that was seen, or undef after seconds.  At
 every turn it also reads run_delay of the session's backend (from
-session(), which sets $session->{pid}), kept as [time, run_delay, on_cpu] in
-$session->{run_delays} for run_delay_after.
+session(), which sets $session->{pid}), kept as [time, run_delay, time on a
+CPU, wchan] in $session->{run_delays} for run_delay_after and
+error_wait_diag.
 
 =cut
 
@@ -1483,9 +1535,12 @@ sub wait_for_error
 	$s->{run_delays} = [];
 	while (time < $deadline)
 	{
-		push @{ $s->{run_delays} },
-		  [ time, run_delay($s->{pid}), on_cpu($s->{pid}) ]
-		  if defined $s->{pid};
+		if (defined $s->{pid})
+		{
+			my ($cpu, $wait) = _schedstat($s->{pid});
+			push @{ $s->{run_delays} },
+			  [ time, $wait, $cpu, _wchan($s->{pid}) ];
+		}
 		eval { $s->{run}->pump_nb; };
 		return time if $s->{stderr} =~ /(ERROR|FATAL):/;
 		usleep(500);
