@@ -152,24 +152,34 @@ sub resume_and_check_leases
 	return;
 }
 
+# Cancel the statement of session $w (backend $pid), which waits with the
+# member stopped: 57014, and the time from the signal to the end of the
+# statement, on the server, below twice the bound; the try goes on
+# @$tries for at_most_one_over.
+sub cancel_and_measure
+{
+	my ($label, $w, $pid, $tries) = @_;
+	my $rd0 = run_delay($pid);
+	my $t0 = signal_at('pg_cancel_backend', $pid);
+	my $t1 = wait_for_error($w, 10);
+	ok(defined $t1, "$label: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+57014/, "$label: 57014");
+	my ($ms, $cpu_ms) = defined $t1
+	  ? late_ms(statement_end($pid) - $t0, $pid, $rd0) : (99999, 0);
+	push @$tries, [ $ms, over($ms, $w, $t0) ];
+	ok($ms < 2 * $bound_ms,
+		sprintf('%s took %.1f ms, and %.1f ms waiting for a CPU (< %d)',
+			$label, $ms, $cpu_ms, 2 * $bound_ms));
+	return;
+}
+
 # --- pg_cancel_backend ----------------------------------------------------------
 
 my @cancel_ms;
 for my $i (1 .. $tries)
 {
 	my ($w, $pid) = paused_waiter();
-	my $rd0 = run_delay($pid);
-	my $t0 = signal_at('pg_cancel_backend', $pid);
-	my $t1 = wait_for_error($w, 10);
-	ok(defined $t1, "cancel $i: error arrived");
-	like($w->{stderr}, qr/ERROR:\s+57014/, "cancel $i: 57014");
-	# from the signal to the end of the statement, on the server
-	my ($ms, $cpu_ms) = defined $t1
-	  ? late_ms(statement_end($pid) - $t0, $pid, $rd0) : (99999, 0);
-	push @cancel_ms, [ $ms, over($ms, $w, $t0) ];
-	ok($ms < 2 * $bound_ms,
-		sprintf('cancel %d took %.1f ms, and %.1f ms waiting for a CPU (< %d)',
-			$i, $ms, $cpu_ms, 2 * $bound_ms));
+	cancel_and_measure("cancel $i", $w, $pid, \@cancel_ms);
 	resume_and_check_leases("cancel $i");
 	$w->{stderr} = '';
 	is($w->query_safe('SELECT 1'), '1', "cancel $i: session usable");
@@ -195,17 +205,7 @@ for my $i (1 .. $tries)
 		"lock_many cancel $i: holds astop, queued for stop");
 	$etcd->pause_member(0);
 	usleep(200_000);
-	my $rd0 = run_delay($pid);
-	my $t0 = signal_at('pg_cancel_backend', $pid);
-	my $t1 = wait_for_error($w, 10);
-	ok(defined $t1, "lock_many cancel $i: error arrived");
-	like($w->{stderr}, qr/ERROR:\s+57014/, "lock_many cancel $i: 57014");
-	my ($ms, $cpu_ms) = defined $t1
-	  ? late_ms(statement_end($pid) - $t0, $pid, $rd0) : (99999, 0);
-	push @many_ms, [ $ms, over($ms, $w, $t0) ];
-	ok($ms < 2 * $bound_ms,
-		sprintf('lock_many cancel %d took %.1f ms, and %.1f ms waiting for a CPU (< %d)',
-			$i, $ms, $cpu_ms, 2 * $bound_ms));
+	cancel_and_measure("lock_many cancel $i", $w, $pid, \@many_ms);
 	resume_and_check_leases("lock_many cancel $i");
 	ok(poll_until(20, sub { scalar(keys_under('astop/')) == 0 }),
 		"lock_many cancel $i: the lock held goes with its lease");

@@ -184,8 +184,8 @@ ok(gone($ak, 10), 'the locks left by the failed releases are revoked at backend 
 $inj->stop;
 
 # --- the abort's safety net for a lock its call did not release -------------
-# skip_own_release: a failed call leaves its lock pending (as when the call's
-# cleanup budget ran out), and the abort of its transaction releases it.
+# skip_own_release: a failed call leaves its lock pending (as when its own
+# release raised), and the abort of its transaction releases it.
 # With release_request as well, that release raises before its request:
 # the lock must be abandoned, its lease no longer used for new locks, not
 # kept as if it had been handed to the caller.
