@@ -13,6 +13,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use LockfenceTest::EtcdCluster;
+use LockfenceTest::Node ();
 
 my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'expiry');
 $etcd->start;
@@ -183,7 +184,9 @@ ok(defined $etcd->key_info($ckey),
 	'the key of a backend killed with SIGKILL is still there (no cleanup ran)');
 ok(LockfenceTest::EtcdCluster::poll_until(30, sub { !defined $etcd->key_info($ckey) }),
 	'... and is freed by its TTL');
-$node->poll_query_until('postgres', 'SELECT 1', '1');
+# (the postmaster restarts after the SIGKILL: see poll_until_answers)
+LockfenceTest::Node::poll_until_answers($node, 'postgres', 'SELECT 1', '1')
+  or die 'the server did not come back after the crash';
 my $crow = $node->safe_psql('postgres',
 	"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('crash', 10, '10 s')");
 is($crow, 't', 'the lock can be taken again after the crash');

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
-use LockfenceTest::Node qw(init_node);
+use LockfenceTest::Node qw(init_node poll_until_answers);
 
 # --- promotion of a synchronous standby --------------------------------------
 
@@ -121,7 +121,9 @@ EOC
 	# A node object standing for pgbouncer, for its psql helpers.
 	my $front = PostgreSQL::Test::Cluster->new('lease_pgb_front', port => $port);
 	$front->{_host} = '127.0.0.1';
-	ok($front->poll_query_until('postgres', 'SELECT true'), 'pgbouncer answers');
+	# (not poll_query_until: its psql dies writing to a pgbouncer not yet
+	# listening; see poll_until_answers)
+	ok(poll_until_answers($front, 'postgres', 'SELECT true'), 'pgbouncer answers');
 
 	# Two clients, one server connection (default_pool_size = 1).
 	my @clients = map { $front->background_psql('postgres') } (0, 1);

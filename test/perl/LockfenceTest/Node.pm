@@ -36,9 +36,11 @@ use warnings;
 
 use Exporter 'import';
 use File::Path ();
+use IPC::Run ();
 use PostgreSQL::Test::Utils ();
+use Test::More ();
 
-our @EXPORT_OK = qw(init_node);
+our @EXPORT_OK = qw(init_node poll_until_answers);
 
 sub _initdb_template
 {
@@ -82,6 +84,42 @@ sub init_node
 	};
 	$node->init(%params);
 	return;
+}
+
+=pod
+
+=item poll_until_answers(node, dbname, query[, expected])
+
+As Cluster.pm's poll_query_until (true once psql prints expected, 't' by
+default, and nothing on stderr; false after the default timeout), for a
+server that may not accept connections yet: one restarting after a
+backend's crash, or a pooler still starting.  The query goes on psql's
+command line (-c).  poll_query_until feeds it to psql's standard input,
+and a psql that exits at once, unable to connect, makes that write fail
+with EPIPE, which IPC::Run dies of ("ack Broken pipe: write(...)": TAP 71
+on 18 under stress-ng, 2026-12-05, polling pgbouncer just started).
+
+=cut
+
+sub poll_until_answers
+{
+	my ($node, $dbname, $query, $expected) = @_;
+	$expected //= 't';
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	my ($out, $err) = ('', '');
+	while (time < $deadline)
+	{
+		($out, $err) = ('', '');
+		IPC::Run::run(
+			[ $node->installed_command('psql'), '-XAtq',
+				'-d', $node->connstr($dbname), '-c', $query ],
+			'<', \undef, '>', \$out, '2>', \$err);
+		chomp $out;
+		return 1 if $out eq $expected && $err eq '';
+		select(undef, undef, undef, 0.1);
+	}
+	Test::More::diag("poll_until_answers timed out: $query\nlast output: $out\nstderr: $err");
+	return 0;
 }
 
 1;
