@@ -187,13 +187,23 @@ $etcd->start;
 $node->append_conf('postgresql.conf',
 	"lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'\n");
 $node->reload;
+# The reload is asynchronous: a pooled server connection asked too soon
+# still has the old setting (its lock call then failed after 5 s, under
+# stress-ng on 2026-12-05).  A new session sees the new value once the
+# postmaster has re-read the file, and by then it has signalled every
+# backend, which applies the reload before its next command.
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_endpoints', true) = '@{[ $etcd->endpoints ]}'")
+  or die 'the reload of lockfence.etcd_endpoints was not seen';
 
+# One statement through the pooler: its output ($pooler_err its stderr).
+my $pooler_err = '';
 sub through_pooler
 {
 	my ($sql) = @_;
-	my ($o, $e);
+	my $o;
 	IPC::Run::run([ 'psql', '-XAtq', @conn, '-d', 'postgres', '-c', $sql ],
-		'>', \$o, '2>', \$e);
+		'>', \$o, '2>', \$pooler_err);
 	return $o;
 }
 
@@ -213,7 +223,8 @@ sub wait_gone
 # A client takes a lock (TTL 4 s) and disconnects without unlocking.
 my $t_lock = time;
 like(through_pooler("SELECT key FROM lockfence.etcd_lock('leak', 4)"),
-	qr{^leak/}, 'a client takes an etcd lock through the pooler, then disconnects');
+	qr{^leak/}, 'a client takes an etcd lock through the pooler, then disconnects')
+  or diag $pooler_err;
 is(scalar($etcd->keys('leak/')), 1,
 	'the lock outlives the client: its server connection stays in the pool');
 my $leak = wait_gone('leak/', 30);
