@@ -188,8 +188,8 @@ $node->append_conf('postgresql.conf',
 	"lockfence.etcd_endpoints = '@{[ $etcd->endpoints ]}'\n");
 $node->reload;
 # The reload is asynchronous: a pooled server connection asked too soon
-# still has the old setting (its lock call then failed after 5 s, under
-# stress-ng on 2026-12-05).  A new session sees the new value once the
+# can still have the old setting (a lock call through the pooler sent at
+# once returned no key under stress-ng on 2026-12-05).  A new session sees the new value once the
 # postmaster has re-read the file, and by then it has signalled every
 # backend, which applies the reload before its next command.
 $node->poll_query_until('postgres',
