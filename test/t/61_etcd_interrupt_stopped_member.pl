@@ -29,9 +29,9 @@
 #	  100 ms, as the README promises (at_most_one_over in
 #	  EtcdCluster.pm says why one; a try over 100 ms is printed with
 #	  where its time went).  The backend must be gone within 1.6 s of
-#	  the termination (1 s budget plus margin; 2 s before issue 7).  Once the member
-#	  resumes, the waiters' leases go away (revoked, or expired: their TTL
-#	  is 3 s).
+#	  the termination (1 s budget plus margin; 2 s before issue 7).
+#	  Once the member resumes, the waiters' leases go away (revoked, or
+#	  expired: their TTL is 3 s).
 
 use strict;
 use warnings;
