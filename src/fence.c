@@ -251,9 +251,10 @@ lockfence_current_token(PG_FUNCTION_ARGS)
 
 /*
  * lockfence.reset(resource text) forgets the fence of resource, so that the
- * next token of any value is accepted.  For operators (not executable by
- * PUBLIC): e.g. after moving a resource to a lock service whose tokens
- * start lower.  Returns false if the resource had no fence.
+ * next token at or above the failover floor is accepted (fence_decide.c:
+ * a name without a row).  For operators (not executable by PUBLIC): e.g.
+ * after moving a resource to a lock service whose tokens start lower.
+ * Returns false if the resource had no fence.
  */
 Datum
 lockfence_reset(PG_FUNCTION_ARGS)
