@@ -165,4 +165,17 @@ lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 	pg_proc_aclcheck((funcoid), (roleid), (mode))
 #endif
 
+/*
+ * Pin the shared buffer recent_buffer if it still holds block blkno of
+ * rel's main fork: no buffer mapping look-up, and no read.  16 renamed
+ * the relation's RelFileNode to RelFileLocator.
+ */
+#if PG_VERSION_NUM >= 160000
+#define lf_read_recent_buffer(rel, blkno, recent_buffer) \
+	ReadRecentBuffer((rel)->rd_locator, MAIN_FORKNUM, (blkno), (recent_buffer))
+#else
+#define lf_read_recent_buffer(rel, blkno, recent_buffer) \
+	ReadRecentBuffer((rel)->rd_node, MAIN_FORKNUM, (blkno), (recent_buffer))
+#endif
+
 #endif							/* LOCKFENCE_COMPAT_H */

@@ -69,6 +69,7 @@
 #include "utils/timestamp.h"
 
 #include "citus_guard.h"
+#include "compat.h"
 #include "fence_fastpath.h"
 #include "lockfence.h"
 #include "lockfence_schema.h"
@@ -141,6 +142,7 @@ typedef struct FastpathLast
 	char		resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1];
 	ItemPointerData tid;
 	TransactionId xmin;			/* raw: freezing does not change it */
+	Buffer		buffer;			/* the shared buffer that held its page */
 	FenceRow	row;
 } FastpathLast;
 
@@ -364,6 +366,9 @@ fence_fastpath_remember(FastpathRow *fr, const char *resource,
 	HeapTuple	tuple = ExecFetchSlotHeapTuple(fr->slot, false, NULL);
 	MemoryContext oldcxt;
 
+	/* an index scan of a heap table returns the version in its buffer */
+	Assert(TTS_IS_BUFFERTUPLE(fr->slot));
+
 	if (fastpath_last_cxt == NULL)
 		fastpath_last_cxt = AllocSetContextCreate(TopMemoryContext,
 												  "lockfence last fence row",
@@ -382,7 +387,8 @@ fence_fastpath_remember(FastpathRow *fr, const char *resource,
 	strlcpy(fastpath_last.resource, resource, sizeof(fastpath_last.resource));
 	fastpath_last.tid = fr->slot->tts_tid;
 	fastpath_last.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
-	fastpath_last.valid = true;
+	fastpath_last.buffer = ((BufferHeapTupleTableSlot *) fr->slot)->buffer;
+	fastpath_last.valid = BufferIsValid(fastpath_last.buffer);
 }
 
 /* Is the text datum d, as stored in a row, the string str? */
@@ -399,6 +405,41 @@ fence_fastpath_text_is(Datum d, const char *str)
 }
 
 /*
+ * Is the version at fastpath_last's TID, in the page that buffer (pinned,
+ * share-locked) holds, the one the last read found, and visible to
+ * snapshot?  heap_fetch's test, on a page we already hold: an item that is
+ * not a normal one (dead, redirected, unused, past the end of the page) is
+ * not that version.
+ */
+static bool
+fence_fastpath_last_visible(Relation rel, Buffer buffer, Snapshot snapshot,
+							const char *resource)
+{
+	Page		page = BufferGetPage(buffer);
+	OffsetNumber offnum = ItemPointerGetOffsetNumber(&fastpath_last.tid);
+	ItemId		lp;
+	HeapTupleData tuple;
+	bool		isnull;
+	Datum		d;
+
+	if (offnum < FirstOffsetNumber || offnum > PageGetMaxOffsetNumber(page))
+		return false;
+	lp = PageGetItemId(page, offnum);
+	if (!ItemIdIsNormal(lp))
+		return false;
+	tuple.t_data = (HeapTupleHeader) PageGetItem(page, lp);
+	tuple.t_len = ItemIdGetLength(lp);
+	tuple.t_tableOid = RelationGetRelid(rel);
+	tuple.t_self = fastpath_last.tid;
+	if (HeapTupleHeaderGetRawXmin(tuple.t_data) != fastpath_last.xmin ||
+		!HeapTupleSatisfiesVisibility(&tuple, snapshot, buffer))
+		return false;
+	d = heap_getattr(&tuple, Anum_fences_resource, RelationGetDescr(rel),
+					 &isnull);
+	return !isnull && fence_fastpath_text_is(d, resource);
+}
+
+/*
  * Read the fence row of resource without its index, when it is the row the
  * last read found and that version is still the one a fresh snapshot sees:
  * the version at the same TID, inserted by the same transaction, still
@@ -411,13 +452,20 @@ fence_fastpath_text_is(Datum d, const char *str)
  * SERIALIZABLE needs the predicate locks of the index scan.  Returns
  * false, having read nothing, otherwise; the caller then reads through the
  * index.
+ *
+ * The page is taken from the shared buffer that held it at that read,
+ * when that buffer still holds the block (ReadRecentBuffer): no look-up
+ * in the buffer mapping table, and no asking the kernel for the table's
+ * length (an lseek per fenced transaction) to rule out a block that
+ * VACUUM truncated away.  A truncated, evicted or replaced page is not in
+ * that buffer any more (truncation drops the relation's buffers past the
+ * new end), and the caller then reads through the index.
  */
 static bool
 fence_fastpath_read_last(const char *resource, FenceRow *row)
 {
 	Relation	rel;
 	Snapshot	snapshot;
-	HeapTupleData tuple;
 	Buffer		buffer;
 	bool		same = false;
 
@@ -433,30 +481,23 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 	 * Opening it may have accepted an invalidation (VACUUM's truncation of
 	 * the table comes with one): check after.
 	 */
+	buffer = fastpath_last.buffer;
 	if (RelationGetRelid(rel) != fastpath_last.relid ||
 		fences_table_problem(rel) != NULL ||
 		fastpath_last.invalidations != fences_table_invalidations() ||
-		ItemPointerGetBlockNumber(&fastpath_last.tid) >=
-		RelationGetNumberOfBlocks(rel))
+		!lf_read_recent_buffer(rel,
+							   ItemPointerGetBlockNumber(&fastpath_last.tid),
+							   buffer))
 	{
 		table_close(rel, NoLock);
 		return false;
 	}
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	tuple.t_self = fastpath_last.tid;
-	/* keep_buf: the pin is kept whether the version is visible or not */
-	if (heap_fetch(rel, snapshot, &tuple, &buffer, true))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(&tuple, Anum_fences_resource,
-									 RelationGetDescr(rel), &isnull);
-
-		same = HeapTupleHeaderGetRawXmin(tuple.t_data) == fastpath_last.xmin &&
-			!isnull && fence_fastpath_text_is(d, resource);
-	}
-	if (BufferIsValid(buffer))
-		ReleaseBuffer(buffer);
+	LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	same = fence_fastpath_last_visible(rel, buffer, snapshot, resource);
+	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	ReleaseBuffer(buffer);
 	UnregisterSnapshot(snapshot);
 	table_close(rel, NoLock);	/* keep the table lock, like a statement */
 	if (!same)
