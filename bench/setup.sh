@@ -205,7 +205,7 @@ END
 
 SELECT make_bench_table('b1_' || v, $((CLIENTS * 250)), '''client-'' || g % $CLIENTS',
                         '1000 + g % $CLIENTS', v)
-  FROM unnest(ARRAY['none', 'lockfence', 'plpgsql']) v;
+  FROM unnest(ARRAY['none', 'lockfence', 'plpgsql', 'ctrig']) v;
 SELECT make_bench_table('bulk_' || v, $BULK_ROWS, '''bulk''', '5000', v)
   FROM unnest(ARRAY['none', 'lockfence', 'plpgsql', 'ctrig']) v;
 
