@@ -478,8 +478,9 @@ fence_fastpath_read_last(const char *resource, FenceRow *row)
 	if (rel == NULL)
 		return false;
 	/*
-	 * Opening it may have accepted an invalidation (VACUUM's truncation of
-	 * the table comes with one): check after.
+	 * Opening it may have accepted an invalidation (the table dropped and
+	 * created again, rewritten, or its shape changed): check after.  A
+	 * page that VACUUM truncated away is ruled out by the buffer check.
 	 */
 	buffer = fastpath_last.buffer;
 	if (RelationGetRelid(rel) != fastpath_last.relid ||
