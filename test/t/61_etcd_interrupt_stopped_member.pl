@@ -104,8 +104,7 @@ sub at_most_one_over { return LockfenceTest::EtcdCluster::at_most_one_over(@_); 
 sub over
 {
 	my ($ms, $w, $t0) = @_;
-	return undef if $ms < $bound_ms;
-	return LockfenceTest::EtcdCluster::error_wait_diag($w, $t0);
+	return LockfenceTest::EtcdCluster::error_wait_diag_over($ms, $bound_ms, $w, $t0);
 }
 
 # When the wait_timeout of session $w's last statement passed, by the

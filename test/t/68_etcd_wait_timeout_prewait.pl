@@ -94,8 +94,7 @@ sub sample
 		sprintf('%s: failed after %.1f ms, and %.1f ms waiting for a CPU (>= %d in all, < %d without the wait)',
 			$label, $ms, $cpu_ms, $wait_ms, $hard_bound_ms));
 	# where the time after the deadline went, for a sample over the bound
-	my $diag = $ms < $bound_ms ? undef
-	  : LockfenceTest::EtcdCluster::error_wait_diag($w,
+	my $diag = LockfenceTest::EtcdCluster::error_wait_diag_over($ms, $bound_ms, $w,
 		LockfenceTest::EtcdCluster::statement_start($node, $w->{pid}) + $wait_ms / 1000);
 
 	$etcd->wait_healthy();

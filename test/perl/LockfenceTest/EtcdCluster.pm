@@ -98,6 +98,12 @@ $fault_script =~ s{perl/LockfenceTest/EtcdCluster\.pm$}{fault_http_server.py};
 our $ETCD = $ENV{ETCD_BIN} // '/usr/bin/etcd';
 our $ETCDCTL = $ENV{ETCDCTL_BIN} // '/usr/bin/etcdctl';
 
+# How long a member or helper started here may take to answer before its
+# start counts as failed.  It bounds only a failure, so it is generous: on
+# a machine whose CPUs a hog keeps busy, the niced lanes of the test
+# command get a few percent of one (see wait_healthy).
+our $START_DEADLINE_S = 120;
+
 # Test credentials.  Deliberately recognisable, so tests can grep logs for them.
 our $ROOT_PASSWORD = 'root-Pw-5f2c9a';
 our $USER_NAME = 'lockuser';
@@ -644,7 +650,7 @@ sub start_etcdctl_lock
 =item wait_healthy(seconds)
 
 Poll until every running member reports healthy (a quorum read through
-it succeeds).  Croaks at the deadline (default 120 s), with the tail of
+it succeeds).  Croaks at the deadline (default $START_DEADLINE_S, 120 s), with the tail of
 each member log.  The deadline only bounds a failure: on a machine whose
 CPUs a hog keeps busy, the niced lanes of the test command get a few
 percent of one (under such load TAP 65 took 21 s from its start, this
@@ -655,7 +661,7 @@ wait included, to its first connection).
 sub wait_healthy
 {
 	my ($self, $secs) = @_;
-	$secs //= 120;
+	$secs //= $START_DEADLINE_S;
 	my $deadline = time + $secs;
 	my $last = '';
 	while (time < $deadline)
@@ -1181,6 +1187,23 @@ sub error_wait_diag
 
 =pod
 
+=item error_wait_diag_over(ms, bound_ms, session, t0)
+
+error_wait_diag(session, t0) for a try of ms at or over bound_ms, undef
+for one under it: the tests that time many tries keep the diagnostic of
+the slow ones only.
+
+=cut
+
+sub error_wait_diag_over
+{
+	my ($ms, $bound_ms, $s, $t0) = @_;
+	return undef if $ms < $bound_ms;
+	return error_wait_diag($s, $t0);
+}
+
+=pod
+
 =item cpu_wait(pid)
 
 run_delay(pid) plus run_delay of every live member of the cluster: how
@@ -1670,7 +1693,7 @@ sub start_fault_server
 	}
 	$live_pids{$pid} = 1;
 	# (as long as wait_healthy: a python3 start, at a few percent of a CPU)
-	my $deadline = time + 120;
+	my $deadline = time + $START_DEADLINE_S;
 	while (!-s $portfile)
 	{
 		if (waitpid($pid, POSIX::WNOHANG()) == $pid || time > $deadline)
