@@ -15,11 +15,10 @@
 #	  Variants: none (no trigger), lockfence, plpgsql (the hand-written
 #	  trigger of core.sh), ctrig (a built-in no-op C trigger, the floor of
 #	  any row trigger; in B1 its statement calls no fence()); for B1 also
-#	  shape (on request: the lockfence
-#	  variant's statement form, B1_FORM (set or cte, see bench_update in
-#	  setup.sh), calling a volatile built-in instead of fence() on the
-#	  unprotected table: the share of the statement's form in
-#	  lockfence's difference to none).
+#	  shape (on request: the lockfence variant's statement form, B1_FORM
+#	  (set or cte, see bench_update in setup.sh), calling a volatile
+#	  built-in instead of fence() on the unprotected table: the share of
+#	  the statement's form in lockfence's difference to none).
 #
 #	  Run as root.  Prints a table; the callgrind files and the
 #	  callgrind_annotate reports of the lockfence runs are kept in OUT

@@ -99,9 +99,8 @@ our $ETCD = $ENV{ETCD_BIN} // '/usr/bin/etcd';
 our $ETCDCTL = $ENV{ETCDCTL_BIN} // '/usr/bin/etcdctl';
 
 # How long a member or helper started here may take to answer before its
-# start counts as failed.  It bounds only a failure, so it is generous: on
-# a machine whose CPUs a hog keeps busy, the niced lanes of the test
-# command get a few percent of one (see wait_healthy).
+# start counts as failed: generous, as it bounds only a failure (see
+# wait_healthy).
 our $START_DEADLINE_S = 120;
 
 # Test credentials.  Deliberately recognisable, so tests can grep logs for them.
@@ -650,11 +649,11 @@ sub start_etcdctl_lock
 =item wait_healthy(seconds)
 
 Poll until every running member reports healthy (a quorum read through
-it succeeds).  Croaks at the deadline (default $START_DEADLINE_S, 120 s), with the tail of
-each member log.  The deadline only bounds a failure: on a machine whose
-CPUs a hog keeps busy, the niced lanes of the test command get a few
-percent of one (under such load TAP 65 took 21 s from its start, this
-wait included, to its first connection).
+it succeeds).  Croaks at the deadline (default $START_DEADLINE_S, 120 s),
+with the tail of each member log.  The deadline only bounds a failure:
+on a machine whose CPUs a hog keeps busy, the niced lanes of the test
+command get a few percent of one (under such load TAP 65 took 21 s from
+its start, this wait included, to its first connection).
 
 =cut
 
