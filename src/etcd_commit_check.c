@@ -47,28 +47,60 @@
 /*
  * Is the lock still held: its key exists with create_revision = token on
  * its lease?  One etcd transaction, linearizable like every txn.
+ *
+ * Both branches read the key back, so that the reply names it: a reply
+ * whose branches ran no operation carries only "succeeded", and on a
+ * connection out of step with its server another lock's "still held"
+ * would pass for this one's (etcd_reply_matches can only compare what a
+ * reply names).  A passing reply must show the key with the token and the
+ * lease compared; anything else is malformed, and the commit fails.
  */
 static bool
 lock_still_held(const EtcdCheckedLock *l)
 {
+	static const char what[] = "the commit-time lock check";
 	char	   *key64 = etcd_b64_encode(l->key, strlen(l->key));
 	char	   *body;
 	EtcdReply	reply;
-	JsonbValue *succ;
+	JsonbContainer *root;
+	JsonbContainer *range;
+	JsonbContainer *kv;
+	char	   *kv_key;
+	int			kv_key_len;
+	int64		create_rev = 0;
+	int64		kv_lease = 0;
 
 	body = psprintf("{\"compare\":["
 					"{\"target\":\"CREATE\",\"key\":\"%s\",\"create_revision\":\"" INT64_FORMAT "\"},"
 					"{\"target\":\"LEASE\",\"key\":\"%s\",\"lease\":\"" INT64_FORMAT "\"}],"
-					"\"success\":[],"
+					"\"success\":[{\"request_range\":{\"key\":\"%s\"}}],"
 					"\"failure\":[{\"request_range\":{\"key\":\"%s\"}}]}",
-					key64, l->token, key64, l->lease, key64);
+					key64, l->token, key64, l->lease, key64, key64);
 	if (!etcd_call("/v3/kv/txn", body, etcd_request_timeout_ms, false,
 				   &reply))
-		etcd_report_reply_error("the commit-time lock check", &reply);
+		etcd_report_reply_error(what, &reply);
+	root = &reply.json->root;
 	/* etcd omits false: no "succeeded" means a comparison failed */
-	succ = getKeyJsonValueFromContainer(&reply.json->root, "succeeded", 9,
-										NULL);
-	return succ != NULL && succ->type == jbvBool && succ->val.boolean;
+	if (!etcd_json_bool(root, "succeeded"))
+		return false;
+
+	if (etcd_json_array_length(root, "responses") != 1 ||
+		(range = etcd_json_object(etcd_json_array_object(root, "responses", 0),
+								  "response_range")) == NULL ||
+		etcd_json_array_length(range, "kvs") != 1)
+		etcd_malformed_reply(what,
+							 "The reply that the comparisons passed does not carry the lock key read back.");
+	kv = etcd_json_array_object(range, "kvs", 0);
+	kv_key = etcd_json_bytes(kv, "key", &kv_key_len);
+	(void) etcd_json_int64(kv, "create_revision", &create_rev);
+	(void) etcd_json_int64(kv, "lease", &kv_lease);
+	if (kv_key == NULL || kv_key_len != (int) strlen(l->key) ||
+		memcmp(kv_key, l->key, kv_key_len) != 0 ||
+		create_rev != l->token || kv_lease != l->lease)
+		etcd_malformed_reply(what,
+							 psprintf("The reply that the comparisons passed shows another key, or the key at another create_revision or on another lease than lock \"%s\" (token " INT64_FORMAT ", lease " INT64_FORMAT ").",
+									  l->key, l->token, l->lease));
+	return true;
 }
 
 /*

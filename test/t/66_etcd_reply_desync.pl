@@ -128,6 +128,33 @@ $fault->clear;
 # (the revocation itself went through: the lease and its key are gone)
 like(try_sql("SELECT lockfence.etcd_unlock('$k6')")->{out}, qr/^[tf]$/, 'unlock without the fault');
 
+# --- 7. the commit-time check answered with another lock's reply -----------
+# Two locks fenced with in one transaction; the second one's key is then
+# deleted behind our back.  The endpoint sends the answer to the first
+# lock's check twice, so that the second check reads the first lock's
+# "still held".  That reply must not pass for the second lock: the commit
+# fails and neither fence row is written.  (Up to 1.5 the check's passing
+# branch read nothing back, so its reply named no key, and this committed.)
+$fault->clear;
+$r = try_sql("BEGIN; SELECT lockfence.etcd_lock_and_fence('d9a', 'd9a') > 0 AND lockfence.etcd_lock_and_fence('d9b', 'd9b') > 0");
+is($r->{out}, 't', 'check at commit: two locks fenced with in one transaction') or diag explain $r;
+my ($k9b) = $etcd->keys('d9b/');
+ok($k9b, "the second lock's key exists ($k9b)");
+$etcd->etcdctl('del', $k9b);
+$fault->set(path => '/v3/kv/txn', mode => 'desync', delay => 0.2, times => 1);
+$r = try_sql('COMMIT');
+$fault->clear;
+ok(!$r->{ok}, "check at commit: the first lock's answer is not taken for the lost second lock's")
+  or diag explain $r;
+like($r->{sqlstate} // '', qr/^(08P01|LF003)$/, 'a malformed reply (08P01) or the lost lock (LF003)')
+  or diag explain $r;
+try_sql('ROLLBACK');
+is(try_sql("SELECT count(*) FROM lockfence.fences WHERE resource IN ('d9a', 'd9b')")->{out},
+	'0', 'neither fence row was written');
+$r = try_sql("BEGIN; SELECT lockfence.etcd_lock_and_fence('d9c', 'd9c') > 0");
+$r = try_sql('COMMIT');
+ok($r->{ok}, 'without the fault, a commit with a held lock passes its check') or diag explain $r;
+
 # A keepalive of a lease etcd no longer knows still says so (the reply
 # carries the lease ID even then).
 my $gone = try_sql("SELECT lease FROM lockfence.etcd_try_lock('d8', 5)")->{out};
