@@ -539,3 +539,78 @@ COMMENT ON FUNCTION lockfence.citus_distribute(text) IS
     'On a Citus coordinator: distribute lockfence.fences by resource and delegate the fence and lease functions to the node holding each resource';
 
 REVOKE ALL ON FUNCTION lockfence.citus_distribute(text) FROM PUBLIC;
+
+-- The DDL event trigger also looks at ALTER FOREIGN TABLE (which can
+-- INHERIT a protected table) and at CREATE SCHEMA (whose CREATE TABLE
+-- ... PARTITION OF or INHERITS elements are commands of their own).  An
+-- event trigger's tags cannot be altered: it is created again, in the
+-- state (disabled, replica, always) it was in.
+
+-- ALTER TABLE subcommands that would let rows be written unfenced: refused,
+-- or covered (DETACH).  Called by check_new_triggers().
+CREATE OR REPLACE FUNCTION lockfence.check_alter_table()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    a record;
+BEGIN
+    FOR a IN
+        SELECT DISTINCT c.objid AS parent, s.action, s.relid, s.attnum,
+                        s.partition_schema, s.partition_name
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
+               LATERAL lockfence.alter_table_actions(c.command) AS s
+         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE')
+         ORDER BY s.relid, s.action, s.partition_name
+    LOOP
+        IF a.action = 'detach partition' THEN
+            PERFORM lockfence.cover_detached(a.parent::regclass, p)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, false) AS p;
+        ELSIF a.action = 'attach partition' THEN
+            PERFORM lockfence.check_rows_fenced(p, 'ATTACH PARTITION', 0::smallint, true)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, true) AS p;
+        ELSE
+            -- a default, an identity or a new type: is the trigger still valid?
+            PERFORM lockfence.check_trigger(t.oid)
+               FROM pg_catalog.pg_trigger AS t
+              WHERE t.tgrelid = a.relid
+                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
+            IF a.action = 'alter type using' THEN
+                PERFORM lockfence.check_rows_fenced(a.relid::regclass,
+                                                    'ALTER COLUMN ... TYPE ... USING',
+                                                    a.attnum, false);
+            END IF;
+        END IF;
+    END LOOP;
+END
+$$;
+
+DO $$
+DECLARE
+    state "char" := (SELECT e.evtenabled FROM pg_catalog.pg_event_trigger e
+                      WHERE e.evtname = 'lockfence_check_new_triggers');
+BEGIN
+    DROP EVENT TRIGGER IF EXISTS lockfence_check_new_triggers;
+    CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
+        WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
+                     'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
+                     'CREATE SCHEMA')
+        EXECUTE FUNCTION lockfence.check_new_triggers();
+    IF state = 'D' THEN
+        ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE;
+    ELSIF state = 'R' THEN
+        ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE REPLICA;
+    ELSIF state = 'A' THEN
+        ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE ALWAYS;
+    END IF;
+END
+$$;
+
+-- Only the list's owner may make lockfence forget a name that no longer
+-- names a table (a table left out of a restored dump, which check()
+-- reports): the event trigger that forgets the tables a statement drops
+-- runs as that owner.
+ALTER FUNCTION lockfence.forget_dropped_tables() SECURITY DEFINER;

@@ -429,7 +429,7 @@ BEGIN
                         s.partition_schema, s.partition_name
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
                LATERAL lockfence.alter_table_actions(c.command) AS s
-         WHERE c.command_tag = 'ALTER TABLE'
+         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE')
          ORDER BY s.relid, s.action, s.partition_name
     LOOP
         IF a.action = 'detach partition' THEN
@@ -500,9 +500,10 @@ COMMENT ON FUNCTION lockfence.protected_table_oid(text) IS
     'The table a name of lockfence.protected_tables names, NULL if none';
 
 -- Add the name of every table with a lockfence row trigger of its own;
--- remove the names in forget that are gone, or that name a table without
--- one that the caller owns; after a rename (renamed), remove the names
--- that no longer name a table.  Anything else is left as it is.
+-- remove the names in forget that are gone (for roles with the privileges
+-- of the list's owner), or that name a table without one that the caller
+-- owns; after a rename (renamed), remove the names that no longer name a
+-- table.  Anything else is left as it is.
 CREATE FUNCTION lockfence.sync_protected_tables(forget text[] DEFAULT NULL,
                                                 renamed boolean DEFAULT false)
 RETURNS void
@@ -514,10 +515,13 @@ COMMENT ON FUNCTION lockfence.sync_protected_tables(text[], boolean) IS
     'Keep lockfence.protected_tables true to the tables and their triggers';
 
 -- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
--- OWNED, ...) by name.
+-- OWNED, ...) by name.  As the list's owner: only it may make lockfence
+-- forget a name that no longer names a table, and the names here are
+-- those of the tables this very statement dropped.
 CREATE FUNCTION lockfence.forget_dropped_tables()
 RETURNS event_trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -630,9 +634,12 @@ BEGIN
 END
 $$;
 
+-- CREATE SCHEMA reports the tables and triggers it creates as commands of
+-- their own; ALTER FOREIGN TABLE can INHERIT a protected table.
 CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
-                 'CREATE FOREIGN TABLE', 'ALTER TABLE')
+                 'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
+                 'CREATE SCHEMA')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
 -- Protect a table: the row trigger and, for a fixed resource, the TRUNCATE

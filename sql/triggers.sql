@@ -509,3 +509,71 @@ INSERT INTO late_t VALUES (2, 'attacker', 0);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SELECT id, tenant, v FROM late_t ORDER BY id;
+
+-- 8. an UPDATE that moves a row to another partition (a DELETE and an
+-- INSERT to PostgreSQL) is one write: the moved row presents its token
+-- only if the UPDATE changed it.  A holder moving its own row with an
+-- older token in it is not refused as stale; a row moving to another
+-- resource does not raise that resource's fence to its old token; a
+-- changed token is still presented; without a fence the move is refused
+CREATE TABLE acc (id int, region int, tenant text, tok bigint)
+  PARTITION BY LIST (region);
+CREATE TABLE acc1 PARTITION OF acc FOR VALUES IN (1);
+CREATE TABLE acc2 PARTITION OF acc FOR VALUES IN (2);
+SELECT lockfence.protect('acc', resource_column => 'tenant', token_column => 'tok');
+INSERT INTO acc VALUES (1, 1, 'mv_a', 11), (2, 1, 'mv_a', 11);
+BEGIN;
+SELECT lockfence.fence('mv_a', 12);
+UPDATE acc SET region = 2 WHERE id = 1;
+COMMIT;
+SELECT tableoid::regclass, id, tenant, tok FROM acc ORDER BY id;
+SELECT lockfence.fence('mv_b', 5);
+BEGIN;
+SELECT lockfence.fence('mv_a', 12), lockfence.fence('mv_b', 5);
+UPDATE acc SET region = 2, tenant = 'mv_b' WHERE id = 2;
+COMMIT;
+SELECT tableoid::regclass, id, tenant, tok FROM acc ORDER BY id;
+SELECT lockfence.current_token('mv_b');
+BEGIN;
+UPDATE acc SET region = 1, tok = 13 WHERE id = 1;
+COMMIT;
+SELECT tableoid::regclass, id, tenant, tok FROM acc ORDER BY id;
+SELECT lockfence.current_token('mv_a');
+UPDATE acc SET region = 2 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- an INSERT into another partition of a row with the same resource and
+-- token, in the statement after an UPDATE that did not move its row, is
+-- an INSERT: its token is presented and advances the fence
+BEGIN;
+SELECT lockfence.fence('mv_b', 5);
+UPDATE acc SET tenant = tenant WHERE id = 2;
+INSERT INTO acc VALUES (4, 1, 'mv_b', 11);
+SELECT lockfence.current_token('mv_b');
+ROLLBACK;
+DROP TABLE acc;
+
+-- 9. the event trigger sees the tables CREATE SCHEMA creates (a partition
+-- gets the TRUNCATE trigger, a child by inheritance is refused) and
+-- ALTER FOREIGN TABLE ... INHERIT of a protected table (refused)
+CREATE TABLE sp (id int, k int) PARTITION BY RANGE (k);
+SELECT lockfence.protect('sp', resource => 'sp');
+CREATE SCHEMA sp_s CREATE TABLE sp3 PARTITION OF public.sp FOR VALUES FROM (20) TO (30);
+SELECT tgname FROM pg_trigger WHERE tgrelid = 'sp_s.sp3'::regclass ORDER BY 1;
+TRUNCATE sp_s.sp3;
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE sp_plain (id int, v int);
+SELECT lockfence.protect('sp_plain', resource => 'sp_plain');
+CREATE SCHEMA sp_s2 CREATE TABLE c2 () INHERITS (public.sp_plain);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM pg_namespace WHERE nspname = 'sp_s2';
+CREATE FOREIGN DATA WRAPPER regress_lf_fdw;
+CREATE SERVER regress_lf_srv FOREIGN DATA WRAPPER regress_lf_fdw;
+CREATE FOREIGN TABLE sp_ft (id int, v int) SERVER regress_lf_srv;
+ALTER FOREIGN TABLE sp_ft INHERIT sp_plain;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM pg_inherits WHERE inhparent = 'sp_plain'::regclass;
+DROP FOREIGN TABLE sp_ft;
+DROP SERVER regress_lf_srv;
+DROP FOREIGN DATA WRAPPER regress_lf_fdw;
+DROP SCHEMA sp_s CASCADE;
+DROP TABLE sp, sp_plain;

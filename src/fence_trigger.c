@@ -31,6 +31,11 @@
  * another row's token): it is refused as a missing token (LF002).  A lower
  * token is stale (LF001).
  *
+ * An UPDATE that moves a row to another partition is carried out as a
+ * DELETE and an INSERT into the new partition, whose trigger fires too:
+ * that INSERT presents the row's token only if the UPDATE did
+ * (fence_trigger_move_note and fence_trigger_move_taken).
+ *
  * A row that presents no token (and every DELETE and TRUNCATE) uses the
  * token this transaction fenced for the resource; without one the write is
  * rejected (LF002).  So a holder writing under one lock across many
@@ -52,6 +57,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -396,6 +402,83 @@ fence_trigger_presented_token(FenceTriggerConfig *config,
 }
 
 /*
+ * The last UPDATE of a partition whose row presented no token, kept until
+ * PostgreSQL inserts the row into another partition if the UPDATE moves
+ * it.  It fires that partition's BEFORE INSERT trigger right after the
+ * UPDATE's own triggers and the DELETE's, in the same command, with the
+ * row the UPDATE's trigger judged.  Judged as an INSERT, the unchanged
+ * token would count as presented: refused as stale when the transaction
+ * fenced a newer token than the row's (a holder moving its own row), or
+ * advancing the fence of the row's new resource to a token nobody
+ * presented.
+ *
+ * A move is recognised by the same command, the same generation of the
+ * transaction's cache, another partition, and the same resource and
+ * token.  Any other INSERT that matched would be judged as a row without
+ * a token: accepted only if the transaction fenced its resource, so never
+ * a write the transaction has not fenced.  A move missed (a trigger of
+ * the partitions ran SQL in between, which advances the command) is
+ * judged as an INSERT, as before: refused or advancing, never accepted
+ * unfenced.
+ */
+typedef struct FenceTriggerMove
+{
+	bool		valid;
+	uint64		cache_generation;
+	CommandId	command_id;
+	Oid			from_relid;
+	int64		token;
+	char		resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1];
+} FenceTriggerMove;
+
+static FenceTriggerMove fence_trigger_move;
+
+/* After an UPDATE of a partition that presented no token: remember it. */
+static void
+fence_trigger_move_note(FenceTriggerConfig *config, TriggerData *trigdata,
+						const char *resource)
+{
+	bool		isnull;
+	Datum		value;
+
+	fence_trigger_move.valid = false;
+	if (config->token_attnum == 0)
+		return;
+	value = fence_trigger_getattr(trigdata, trigdata->tg_newtuple,
+								  config->token_attnum, &isnull);
+	if (isnull)
+		return;					/* an INSERT of it presents nothing anyway */
+	fence_trigger_move.cache_generation = fence_cache_generation();
+	fence_trigger_move.command_id = GetCurrentCommandId(false);
+	fence_trigger_move.from_relid = RelationGetRelid(trigdata->tg_relation);
+	fence_trigger_move.token = DatumGetInt64(value);
+	strlcpy(fence_trigger_move.resource, resource,
+			sizeof(fence_trigger_move.resource));
+	fence_trigger_move.valid = true;
+}
+
+/*
+ * Is this INSERT into a partition, presenting token for resource, the
+ * second half of the UPDATE remembered?  Forgets it either way.
+ */
+static bool
+fence_trigger_move_taken(TriggerData *trigdata, const char *resource,
+						 int64 token)
+{
+	bool		taken;
+
+	if (!fence_trigger_move.valid)
+		return false;
+	taken = fence_trigger_move.cache_generation == fence_cache_generation() &&
+		fence_trigger_move.command_id == GetCurrentCommandId(false) &&
+		fence_trigger_move.from_relid != RelationGetRelid(trigdata->tg_relation) &&
+		fence_trigger_move.token == token &&
+		strcmp(fence_trigger_move.resource, resource) == 0;
+	fence_trigger_move.valid = false;
+	return taken;
+}
+
+/*
  * Does an UPDATE keep the resource column's value, bit for bit?
  */
 static bool
@@ -418,6 +501,30 @@ fence_trigger_same_resource(FenceTriggerConfig *config, TriggerData *trigdata,
 }
 
 /*
+ * TRUNCATE (a statement trigger): only a table of one fixed resource can
+ * be truncated, by a transaction that fenced it.
+ */
+static void
+fence_trigger_truncate(FenceTriggerConfig *config, Relation rel)
+{
+	int64		token;
+	const char *holder;
+	bool		fenced;
+
+	if (config->resource == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot truncate protected table \"%s\"",
+						RelationGetRelationName(rel)),
+				 errdetail("Its rows belong to many resources, and TRUNCATE cannot be fenced for each of them."),
+				 errhint("Use DELETE, which is fenced row by row.")));
+	fenced = fence_cache_lookup(config->resource, &token, &holder);
+	if (!fenced)
+		fence_trigger_report_missing(config, rel, config->resource);
+	fence_trigger_require_fenced(fenced, rel);
+}
+
+/*
  * lockfence.fence_trigger()
  */
 Datum
@@ -431,6 +538,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	bool		presented;
 	int64		token = 0;
 	bool		fenced;
+	bool		is_partition;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -448,20 +556,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 	{
-		const char *holder;
-
-		if (config->resource == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot truncate protected table \"%s\"",
-							RelationGetRelationName(trigdata->tg_relation)),
-					 errdetail("Its rows belong to many resources, and TRUNCATE cannot be fenced for each of them."),
-					 errhint("Use DELETE, which is fenced row by row.")));
-		fenced = fence_cache_lookup(config->resource, &token, &holder);
-		if (!fenced)
-			fence_trigger_report_missing(config, trigdata->tg_relation,
-										 config->resource);
-		fence_trigger_require_fenced(fenced, trigdata->tg_relation);
+		fence_trigger_truncate(config, trigdata->tg_relation);
 		return PointerGetDatum(NULL);
 	}
 
@@ -471,6 +566,11 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 
 	resource = fence_trigger_resource(config, trigdata, tuple, true);
 	presented = fence_trigger_presented_token(config, trigdata, &token);
+	is_partition = trigdata->tg_relation->rd_rel->relispartition;
+	if (is_partition && presented &&
+		TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) &&
+		fence_trigger_move_taken(trigdata, resource, token))
+		presented = false;
 	fenced = fence_trigger_row(config, trigdata, tuple, resource, presented,
 							   token);
 
@@ -493,5 +593,8 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	}
 
 	fence_trigger_require_fenced(fenced, trigdata->tg_relation);
+	if (is_partition && !presented &&
+		TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		fence_trigger_move_note(config, trigdata, resource);
 	return PointerGetDatum(tuple);
 }

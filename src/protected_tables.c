@@ -17,6 +17,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -48,6 +49,32 @@ PG_FUNCTION_INFO_V1(lockfence_sync_protected_tables);
 	"        pg_catalog.parse_ident(u.x, false) AS i(p))"
 
 /*
+ * Refuse to forget a listed name that names no table, for a caller without
+ * the privileges of the list's owner: the name stands for a protected
+ * table that check() reports missing.
+ */
+static void
+forget_missing_check(Oid registry_owner, Oid *argtypes, Datum *values)
+{
+	char	   *name;
+
+	if (SPI_execute_with_args("SELECT p.tbl FROM lockfence.protected_tables p"
+							  " WHERE p.tbl IN " FORGET_NAMES
+							  "   AND lockfence.protected_table_oid(p.tbl) IS NULL"
+							  " ORDER BY p.tbl LIMIT 1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read lockfence.protected_tables");
+	if (SPI_processed == 0)
+		return;
+	name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("must have the privileges of role \"%s\" to make lockfence forget table %s, which does not exist",
+					GetUserNameFromId(registry_owner, false), name),
+			 errdetail("lockfence.check() reports a listed table that is missing (protected_table_missing): a dump restored without it, or a table dropped while lockfence's event triggers were disabled.")));
+}
+
+/*
  * lockfence.sync_protected_tables(forget text[], renamed boolean)
  *
  * Keep lockfence.protected_tables, the tables lockfence lists as
@@ -67,7 +94,12 @@ PG_FUNCTION_INFO_V1(lockfence_sync_protected_tables);
  *   (dropped), or name a table without a lockfence row trigger of its own
  *   that the caller owns (unprotect(), as DROP TRIGGER requires).  A
  *   table whose triggers went by other means (a partial restore) must be
- *   reported by check(): only its owner may make lockfence forget it;
+ *   reported by check(): only its owner may make lockfence forget it.  A
+ *   name that names nothing (a table left out of a restored dump, or
+ *   dropped while the event triggers were disabled) is reported too, and
+ *   only roles with the privileges of the list's owner may make lockfence
+ *   forget it: the sql_drop event trigger, which runs as that owner, for
+ *   the tables a statement drops, and the operator check() hints at;
  * - renamed (after ALTER TABLE, ALTER SCHEMA): if that added a name, a
  *   table was renamed or moved, and the names that no longer resolve are
  *   removed.  Not after other commands: the names of tables left out of
@@ -145,6 +177,8 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 							get_rel_name(relid)),
 					 errdetail("lockfence.check() reports a listed table that lost its lockfence triggers.")));
 		}
+		if (!has_privs_of_role(GetUserId(), registry_owner))
+			forget_missing_check(registry_owner, argtypes, values);
 	}
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
