@@ -614,3 +614,85 @@ $$;
 -- reports): the event trigger that forgets the tables a statement drops
 -- runs as that owner.
 ALTER FUNCTION lockfence.forget_dropped_tables() SECURITY DEFINER;
+
+-- ATTACH PARTITION: a table's own identical row trigger exempts its rows
+-- from the fence check only if it fires in ordinary sessions (one set to
+-- ENABLE REPLICA did not fire for the rows written).
+-- DDL that writes rows without firing row triggers (ATTACH PARTITION of a
+-- table holding rows, ALTER COLUMN ... TYPE ... USING) is a write of every
+-- row: every resource the rows belong to must have been fenced in this
+-- transaction.  only_clones: check only the triggers the table got from a
+-- new parent, unless it has an identical one of its own, under which its
+-- rows were written (one that fires in ordinary sessions: not disabled,
+-- nor set to fire only with session_replication_role = replica).  A rewrite of the resource column itself cannot be
+-- fenced: the old resources are gone.
+CREATE OR REPLACE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
+                                            attnum smallint,
+                                            only_clones boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    t record;
+    args text[];
+    res text;
+    col text;
+    prefix text;
+    missing text;
+    n bigint;
+BEGIN
+    FOR t IN
+        SELECT tg.tgname, tg.tgargs
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgrelid = rel
+           AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgtype::int & 1 = 1
+           AND (NOT only_clones
+                OR (tg.tgparentid <> 0
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = rel AND x.tgparentid = 0
+                                       AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
+                                       AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
+                                       AND x.tgenabled IN ('O', 'A'))))
+         ORDER BY tg.tgname
+    LOOP
+        missing := NULL;
+        args := lockfence.trigger_arguments(t.tgargs);
+        SELECT substr(a, 10) INTO res FROM unnest(args) a WHERE a LIKE 'resource=%';
+        SELECT substr(a, 17) INTO col FROM unnest(args) a WHERE a LIKE 'resource\_column=%';
+        SELECT substr(a, 17) INTO prefix FROM unnest(args) a WHERE a LIKE 'resource\_prefix=%';
+        IF res IS NOT NULL THEN
+            EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) AS s', rel) INTO n;
+            IF n > 0 AND lockfence.fenced_token(res) IS NULL THEN
+                missing := res;
+            END IF;
+        ELSIF col IS NOT NULL THEN
+            IF attnum <> 0 AND col = (SELECT a.attname FROM pg_catalog.pg_attribute a
+                                       WHERE a.attrelid = rel
+                                         AND a.attnum = check_rows_fenced.attnum) THEN
+                RAISE EXCEPTION 'cannot run % on column "%" of protected table "%"', action, col, rel
+                    USING ERRCODE = 'feature_not_supported',
+                          DETAIL = 'It names the resource of each row, and the rows'' former resources could not be fenced.',
+                          HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+            END IF;
+            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT %L || %I::text AS r FROM %s) AS s'
+                           ' WHERE s.r IS NULL OR lockfence.fenced_token(s.r) IS NULL LIMIT 1',
+                           coalesce(prefix, ''), col, rel)
+                INTO missing;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                missing := coalesce(missing, '(null)');
+            END IF;
+        END IF;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot run % on protected table "%" without a fencing token', action, rel
+                USING ERRCODE = 'LF002',
+                      DETAIL = format('%s writes rows without firing trigger "%s", and resource "%s" was not fenced in this transaction.',
+                                      action, t.tgname, missing),
+                      HINT = 'Call lockfence.fence() for every resource of the rows, in the same transaction, before the ALTER TABLE.';
+        END IF;
+    END LOOP;
+END
+$$;

@@ -64,7 +64,8 @@ REVOKE ALL ON FUNCTION lockfence.reset(text) FROM PUBLIC;
 --
 -- Several resources in one call, checked in byte order (duplicates
 -- removed), so that overlapping sets fenced in any order cannot deadlock;
--- all or nothing.  Executable by PUBLIC, like fence(text, bigint, text).
+-- all or nothing.  Like fence(text, bigint, text), not executable by
+-- PUBLIC (since 1.4: see "privileges" below, and grant_usage).
 CREATE FUNCTION lockfence.fence(resources text[], token bigint,
                                 holder text DEFAULT NULL)
 RETURNS bigint
@@ -338,7 +339,8 @@ COMMENT ON FUNCTION lockfence.named_partitions(regclass, text, text, boolean) IS
 -- row: every resource the rows belong to must have been fenced in this
 -- transaction.  only_clones: check only the triggers the table got from a
 -- new parent, unless it has an identical one of its own, under which its
--- rows were written.  A rewrite of the resource column itself cannot be
+-- rows were written (one that fires in ordinary sessions: not disabled,
+-- nor set to fire only with session_replication_role = replica).  A rewrite of the resource column itself cannot be
 -- fenced: the old resources are gone.
 CREATE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
                                             attnum smallint,
@@ -369,7 +371,7 @@ BEGIN
                                      WHERE x.tgrelid = rel AND x.tgparentid = 0
                                        AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
                                        AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
-                                       AND x.tgenabled <> 'D')))
+                                       AND x.tgenabled IN ('O', 'A'))))
          ORDER BY tg.tgname
     LOOP
         missing := NULL;
@@ -642,8 +644,9 @@ CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
                  'CREATE SCHEMA')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
--- Protect a table: the row trigger and, for a fixed resource, the TRUNCATE
--- trigger, named so that they fire after the table's other BEFORE triggers.
+-- Protect a table: the row trigger and the TRUNCATE trigger (which lets a
+-- TRUNCATE through only for a fixed resource the transaction fenced), named
+-- so that they fire after the table's other BEFORE triggers.
 CREATE FUNCTION lockfence.protect(tbl regclass,
                                   resource text DEFAULT NULL,
                                   resource_column name DEFAULT NULL,

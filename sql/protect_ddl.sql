@@ -177,6 +177,13 @@ ALTER TABLE dp DETACH PARTITION dp2 CONCURRENTLY;
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'dp2'::regclass ORDER BY 1;
 DELETE FROM dp2;
 \echo :LAST_ERROR_SQLSTATE
+-- its own trigger set to fire only in replica sessions let rows in
+-- without a token: attaching it needs the fence, as for a table without
+ALTER TABLE dp1 ENABLE REPLICA TRIGGER zz_lockfence_fence_detached;
+INSERT INTO dp1 VALUES (1, 777);
+ALTER TABLE dp ATTACH PARTITION dp1 FOR VALUES IN (1);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE dp1 ENABLE TRIGGER zz_lockfence_fence_detached;
 -- a sub-partitioned partition: the row trigger reaches its partitions
 CREATE TABLE dq (id int, v int) PARTITION BY LIST (id);
 CREATE TABLE dq1 PARTITION OF dq FOR VALUES IN (1, 2) PARTITION BY LIST (id);
