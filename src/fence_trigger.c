@@ -355,7 +355,7 @@ fence_trigger_require_fenced(bool fenced, Relation rel)
 		return;
 	lockfence_metrics_proceeded_without_lock(RelationGetRelationName(rel));
 	ereport(ERROR,
-			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
+			(errcode(ERRCODE_INTERNAL_ERROR),
 			 errmsg("write to protected table \"%s\" was not fenced",
 					RelationGetRelationName(rel)),
 			 errdetail("The lockfence trigger found no accepted token for the write; this is a bug in lockfence.")));

@@ -415,12 +415,22 @@ static HTAB *trigger_configs = NULL;
 static MemoryContext trigger_configs_cxt = NULL;
 static List *retired_contexts = NIL;	/* in trigger_configs_cxt */
 
+/*
+ * The table being validated, and whether an invalidation of it arrived
+ * meanwhile (validation reads catalogs, which processes invalidations):
+ * then the configuration serves the statement but is not kept as valid.
+ */
+static Oid	validating_relid = InvalidOid;
+static bool validation_invalidated = false;
+
 static void
 fence_trigger_invalidate(Datum arg, Oid relid)
 {
 	HASH_SEQ_STATUS status;
 	TriggerConfigEntry *entry;
 
+	if (!OidIsValid(relid) || relid == validating_relid)
+		validation_invalidated = true;
 	if (trigger_configs == NULL)
 		return;
 	hash_seq_init(&status, trigger_configs);
@@ -510,7 +520,10 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	cxt = AllocSetContextCreate(CurrentMemoryContext,
 								"lockfence trigger configuration",
 								ALLOCSET_SMALL_SIZES);
+	validating_relid = RelationGetRelid(rel);
+	validation_invalidated = false;
 	config = fence_trigger_configure(trigger, rel, cxt);
+	validating_relid = InvalidOid;
 	MemoryContextSetParent(cxt, trigger_configs_cxt);
 	if (entry->cxt != NULL)
 	{
@@ -522,7 +535,8 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	entry->cxt = cxt;
 	entry->config = config;
 	entry->relid = RelationGetRelid(rel);
-	entry->valid = true;
+	/* an invalidation that arrived while validating: validate again next */
+	entry->valid = !validation_invalidated;
 	return config;
 }
 
