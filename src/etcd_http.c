@@ -626,7 +626,7 @@ wait_on_sockets(long timeout, bool exiting, WaitEvent *events, int nevents)
 static long
 timeout_within_timer(long timeout)
 {
-	if (curl_timer_ms > 0)
+	if (curl_timer_ms >= 0)
 	{
 		long		elapsed;
 		long		left;
@@ -669,6 +669,31 @@ run_expired_timer(void)
 }
 
 /*
+ * etcd_http_wait with no request in flight (the connections were dropped
+ * since the last one): a plain sleep on the latch, so that a caller
+ * pausing between attempts still waits, and serves interrupts, instead of
+ * spinning.  Unbounded, nothing would end it: then it returns at once.
+ */
+static bool
+sleep_without_requests(long max_wait_ms, bool exiting)
+{
+	int			rc;
+
+	if (max_wait_ms < 0)
+		return true;
+	rc = WaitLatch(MyLatch,
+				   WL_LATCH_SET | WL_TIMEOUT |
+				   (exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH),
+				   max_wait_ms, PG_WAIT_EXTENSION);
+	if (rc & WL_LATCH_SET)
+	{
+		ResetLatch(MyLatch);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Wait for network progress, for at most max_wait_ms (-1: until something
  * happens), and let libcurl do its work.  Returns false if the process
  * latch was set (the caller should CHECK_FOR_INTERRUPTS()).
@@ -688,7 +713,7 @@ etcd_http_wait(long max_wait_ms)
 	int			i;
 
 	if (multi == NULL)
-		return true;
+		return sleep_without_requests(max_wait_ms, exiting);
 
 	/*
 	 * First let libcurl start anything that is due.  On loopback this can
