@@ -323,6 +323,36 @@ fence_check_serializable(const char *resource, int64 token,
 }
 
 /*
+ * Under REPEATABLE READ and SERIALIZABLE a refusal, too, was drawn from the
+ * row as the transaction's snapshot sees it.  When the newest version
+ * would not be refused (a lease renewed since the snapshot, whose old
+ * expiry has passed; a fence reset), the refusal would say what is no
+ * longer true: "the lease is no longer held" (LF003) tells its holder to
+ * stop.  That is a serialization failure too; a retry sees the row as it
+ * is.
+ */
+static void
+fence_check_refusal_current(const char *resource, int64 token,
+							const char *holder, bool must_advance,
+							bool *in_spi, FenceStoreState *state)
+{
+	FenceRow	latest;
+	bool		latest_found;
+	FenceOutcome judged;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	latest_found = fence_read(resource, true, &latest, in_spi, state);
+	if (fence_decide(latest_found ? &latest : NULL, token, holder,
+					 must_advance, &judged) != FENCE_ACTION_REFUSE)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update"),
+				 errdetail("The fence row of resource \"%s\" changed after this transaction's snapshot, and the check it refused would pass now.",
+						   resource)));
+}
+
+/*
  * Write what fence_decide asked for, holding the resource lock in
  * ExclusiveLock mode: advance the row to token, or insert the resource's
  * first row.  Returns false when the row was not as read (changed or
@@ -421,6 +451,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 
 		if (action == FENCE_ACTION_REFUSE)
 		{
+			fence_check_refusal_current(resource, token, holder, must_advance,
+										&in_spi, &state);
 			fence_lock_release(resource, mode);
 			break;
 		}

@@ -608,6 +608,36 @@ lease_result(FunctionCallInfo fcinfo, const FenceRow *row)
 }
 
 /*
+ * Under REPEATABLE READ and SERIALIZABLE every attempt reads the row as
+ * the transaction's snapshot sees it, so a release or renewal committed
+ * while we wait is never seen: the wait would last until the old expiry,
+ * and the grant then fail to lock the changed row.  Once the row has
+ * changed since the snapshot, fail at once with the serialization failure
+ * it would end in; the retried transaction sees the row as it is.
+ */
+static void
+lease_wait_check_snapshot(const char *name, const FenceRow *row)
+{
+	FenceRow	latest;
+	FenceRowRead found;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	found = fence_fastpath_read(name, true, &latest);
+	if (found == FENCE_ROW_UNREADABLE ||
+		(found == FENCE_ROW_FOUND && latest.token == row->token &&
+		 latest.lease_expires_at == row->lease_expires_at))
+		return;
+	lease_wait_done();
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to concurrent update"),
+			 errdetail("Lease \"%s\" was released, renewed or granted after this transaction's snapshot was taken.",
+					   name),
+			 errhint("Retry the transaction.  A waiting lease_acquire() sees releases at once under READ COMMITTED.")));
+}
+
+/*
  * Wait for name until granted; deadline 0 is forever.  A wait that
  * outlasts the deadline fails with 55P03, whether for the lease's expiry,
  * for a transaction holding its row, or for an uncommitted first grant.
@@ -649,6 +679,8 @@ lease_acquire_waiting(const char *name, const char *holder, Interval *ttl,
 					 errdetail("The lease of token " INT64_FORMAT " is held until %s.",
 							   row.token, timestamptz_to_str(row.lease_expires_at))));
 		}
+
+		lease_wait_check_snapshot(name, &row);
 
 		/* Until the lease expires, a release is announced, or the deadline. */
 		sleep_ms = (row.lease_expires_at - now) / 1000 + 1;

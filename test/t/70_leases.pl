@@ -8,6 +8,8 @@
 #   gets a higher token, the old holder's later writes are rejected, and in
 #   commit order no two holders' writes interleave; paused inside a
 #   fencing transaction, it holds the successor back until it ends;
+# - under REPEATABLE READ a waiter fails with 40001 at a release after its
+#   snapshot (it could never see the release), not at the TTL;
 # - tokens only grow, across a crash (pg_ctl stop -m immediate), and a
 #   grant acknowledged under synchronous_commit = off is not lost by one;
 # - a first grant of a name in a prepared transaction: lease_try_acquire
@@ -278,6 +280,29 @@ is($node->safe_psql('postgres',
 is($node->safe_psql('postgres',
 	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
 	12 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
+
+# --- REPEATABLE READ: a release after the waiter's snapshot fails it at once --
+# Every attempt reads the row as the transaction's snapshot sees it, so the
+# release is never seen: the wait would last the lease's minute (here cut
+# by wait_timeout, 55P03) and end in a serialization failure anyway.
+my $rr_holder = S();
+$rr_holder->query_safe("SELECT token FROM lockfence.lease_acquire('rr', '1 min', 'h')");
+my $rr = S();
+$rr->query_safe("SET default_transaction_isolation = 'repeatable read'");
+LockfenceTest::EtcdCluster::send_query($rr,
+	"SELECT token FROM lockfence.lease_acquire('rr', '1 min', 'w', wait_timeout => '30 s');");
+ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($rr->{pid}) }),
+	'repeatable read: the waiter waits');
+my $rr_released = time;
+$rr_holder->query_safe("SELECT lockfence.lease_release('rr', 1)");
+my $rr_failed = wait_for_error($rr, 40);
+like($rr->{stderr}, qr/40001|could not serialize/,
+	'repeatable read: a release after the snapshot fails the wait as a serialization failure')
+  or diag $rr->{stderr};
+cmp_ok(($rr_failed // 99) - $rr_released, '<', 15,
+	'at the release, not at the wait_timeout (30 s) or the TTL (60 s)');
+$rr->quit;
+$rr_holder->quit;
 
 # --- tokens only grow, across a crash ----------------------------------------
 
