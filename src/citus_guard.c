@@ -93,6 +93,15 @@ typedef struct CitusCatalog
 static CitusCatalog citus = {false};
 static bool citus_callback_registered = false;
 
+/*
+ * Relcache invalidations seen: a verdict is kept as valid only if none
+ * arrived while it was read (the reads accept invalidations), and only
+ * once the reads succeeded (an error in them, a lock timeout or a cancel
+ * on Citus' catalog, must not leave a half-made verdict such as "not a
+ * Citus table" cached).
+ */
+static uint64 citus_invalidations = 0;
+
 /* A table's row of Citus' pg_dist_partition, the part lockfence reads. */
 typedef struct CitusPartition
 {
@@ -129,17 +138,20 @@ static HTAB *citus_judged_rels = NULL;
 static void
 citus_guard_invalidate(Datum arg, Oid relid)
 {
+	citus_invalidations++;
 	citus.valid = false;
 	citus.fences_valid = false;
 }
 
 /*
- * Is Citus installed in this database?  Marked valid before the lookups:
- * an invalidation they accept marks it invalid again for the next call.
+ * Is Citus installed in this database?  Valid for the next call only if
+ * the lookups succeeded and no invalidation arrived meanwhile.
  */
 static bool
 lockfence_citus_present(void)
 {
+	uint64		seen = citus_invalidations;
+
 	if (likely(citus.valid))
 		return citus.present;
 	if (!citus_callback_registered)
@@ -147,7 +159,6 @@ lockfence_citus_present(void)
 		lockfence_relcache_register(citus_guard_invalidate);
 		citus_callback_registered = true;
 	}
-	citus.valid = true;
 	citus.fences_valid = false;
 	if (citus_local_rels != NULL)
 	{
@@ -162,16 +173,18 @@ lockfence_citus_present(void)
 	citus.partition_relid = get_relname_relid("pg_dist_partition",
 											  PG_CATALOG_NAMESPACE);
 	citus.present = OidIsValid(citus.partition_relid);
-	if (!citus.present)
-		return false;
-	citus.partition_index =
-		get_relname_relid("pg_dist_partition_logical_relid_index",
-						  PG_CATALOG_NAMESPACE);
-	citus.shard_relid = get_relname_relid("pg_dist_shard",
-										  PG_CATALOG_NAMESPACE);
-	citus.shard_index = get_relname_relid("pg_dist_shard_shardid_index",
-										  PG_CATALOG_NAMESPACE);
-	return true;
+	if (citus.present)
+	{
+		citus.partition_index =
+			get_relname_relid("pg_dist_partition_logical_relid_index",
+							  PG_CATALOG_NAMESPACE);
+		citus.shard_relid = get_relname_relid("pg_dist_shard",
+											  PG_CATALOG_NAMESPACE);
+		citus.shard_index = get_relname_relid("pg_dist_shard_shardid_index",
+											  PG_CATALOG_NAMESPACE);
+	}
+	citus.valid = citus_invalidations == seen;
+	return citus.present;
 }
 
 /*
@@ -301,21 +314,25 @@ citus_guard_fences_state(void)
 {
 	if (!citus.fences_valid)
 	{
+		uint64		seen = citus_invalidations;
 		Oid			relid = lockfence_relid("fences");
 		CitusPartition part;
+		CitusFences fences = CITUS_FENCES_LOCAL;
 
-		citus.fences_valid = true;
-		citus.fences = CITUS_FENCES_LOCAL;
 		if (OidIsValid(relid) && lockfence_citus_partition(relid, &part))
 		{
-			citus.fences = CITUS_FENCES_UNSUPPORTED;
+			fences = CITUS_FENCES_UNSUPPORTED;
 			if (part.method == 'h' && part.key_attnum == 1 &&
 				part.repmodel == 's')
 			{
-				citus.fences = CITUS_FENCES_DISTRIBUTED;
+				fences = CITUS_FENCES_DISTRIBUTED;
 				citus.fences_colocation = part.colocation;
 			}
 		}
+		/* set only now: an error above leaves no verdict behind */
+		citus.fences = fences;
+		citus.fences_valid = citus_invalidations == seen;
+		return fences;
 	}
 	return citus.fences;
 }

@@ -215,11 +215,29 @@ fence_trigger_fenced(FenceTriggerConfig *config, const char *resource)
 	return true;
 }
 
+static bool fence_trigger_owner_may_fence(Relation rel);
+
+/*
+ * Count and log a write refused for want of a token, except on a temporary
+ * table whose owner may not fence (fence_trigger_check_owner_may_fence):
+ * any role may put the trigger on a temporary table of its own, and its
+ * refusals would move the cluster's counter and top list for any resource
+ * name.  A permanent table is always counted: one whose owner was not
+ * granted fence() is still a protected table whose writers lack tokens.
+ */
+static void
+fence_trigger_count_missing(Relation rel, const char *resource)
+{
+	if (rel->rd_rel->relpersistence != RELPERSISTENCE_TEMP ||
+		fence_trigger_owner_may_fence(rel))
+		lockfence_metrics_missing_token(RelationGetRelationName(rel), resource);
+}
+
 static void
 fence_trigger_report_missing(FenceTriggerConfig *config, Relation rel,
 							 const char *resource)
 {
-	lockfence_metrics_missing_token(RelationGetRelationName(rel), resource);
+	fence_trigger_count_missing(rel, resource);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
 			 errmsg("write to protected table \"%s\" carries no fencing token",
@@ -240,7 +258,7 @@ static void
 fence_trigger_report_copied(FenceTriggerConfig *config, Relation rel,
 							const char *resource, int64 token)
 {
-	lockfence_metrics_missing_token(RelationGetRelationName(rel), resource);
+	fence_trigger_count_missing(rel, resource);
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_MISSING_TOKEN),
 			 errmsg("write to protected table \"%s\" carries no fencing token",
@@ -277,10 +295,9 @@ fence_trigger_holder(FenceTriggerConfig *config, TriggerData *trigdata,
  * lockfence.fence(text, bigint, text).  Protecting a table hands that
  * right to the roles that may write it; it cannot create it.
  */
-static void
-fence_trigger_check_owner_may_fence(Relation rel, const char *resource)
+static bool
+fence_trigger_owner_may_fence(Relation rel)
 {
-	Oid			owner = rel->rd_rel->relowner;
 	Oid			argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
 	Oid			fence_fn;
 
@@ -289,8 +306,17 @@ fence_trigger_check_owner_may_fence(Relation rel, const char *resource)
 							   CStringGetDatum("fence"),
 							   PointerGetDatum(buildoidvector(argtypes, 3)),
 							   ObjectIdGetDatum(lockfence_schema_oid()));
-	if (OidIsValid(fence_fn) &&
-		lf_proc_aclcheck(fence_fn, owner, ACL_EXECUTE) == ACLCHECK_OK)
+	return OidIsValid(fence_fn) &&
+		lf_proc_aclcheck(fence_fn, rel->rd_rel->relowner, ACL_EXECUTE) ==
+		ACLCHECK_OK;
+}
+
+static void
+fence_trigger_check_owner_may_fence(Relation rel, const char *resource)
+{
+	Oid			owner = rel->rd_rel->relowner;
+
+	if (fence_trigger_owner_may_fence(rel))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -146,6 +146,18 @@ like($err, qr/LF002/, 'a TRUNCATE without a token raises LF002');
 $c = moved($c, { write_rejected_missing_token_total => 1 },
 	'a TRUNCATE without a token counts once');
 
+# Any role may put the trigger on a temporary table of its own: refusals
+# there count only if the table's owner may execute fence() (app may not),
+# or any role could move the counter and the top list for any name.
+($out, $err) = run_sql(q{
+CREATE TEMP TABLE mine (r text, v int);
+SELECT lockfence.protect('mine', resource_column => 'r');
+INSERT INTO mine VALUES ('payments', 1);
+}, '-U', 'app');
+like($err, qr/LF002/, "a role's own temporary table: a write without a token raises LF002")
+  or diag $err;
+$c = moved($c, {}, 'and is not counted, nor is its resource listed');
+
 $node->safe_psql('postgres',
 	"BEGIN; SELECT lockfence.fence('tres', 3); INSERT INTO t VALUES (1, 'x'), (2, 'y'); COMMIT");
 $c = moved($c, { fence_accepted_total => 1 },
