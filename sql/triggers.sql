@@ -550,6 +550,13 @@ UPDATE acc SET tenant = tenant WHERE id = 2;
 INSERT INTO acc VALUES (4, 1, 'mv_b', 11);
 SELECT lockfence.current_token('mv_b');
 ROLLBACK;
+-- so is one in the same statement (no DELETE of the row in between)
+BEGIN;
+SELECT lockfence.fence('mv_b', 5);
+WITH u AS (UPDATE acc SET tenant = tenant WHERE id = 2 RETURNING 1)
+INSERT INTO acc SELECT 4, 1, 'mv_b', 11 FROM u;
+SELECT lockfence.current_token('mv_b');
+ROLLBACK;
 DROP TABLE acc;
 
 -- 9. the event trigger sees the tables CREATE SCHEMA creates (a partition

@@ -439,8 +439,9 @@ fence_trigger_presented_token(FenceTriggerConfig *config,
  * presented.
  *
  * A move is recognised by the same command, the same generation of the
- * transaction's cache, another partition, and the same resource and
- * token.  Any other INSERT that matched would be judged as a row without
+ * transaction's cache, the DELETE of the UPDATE's old row in between
+ * (which a plain INSERT, even one in the same statement, does not have),
+ * another partition, and the same resource and token.  Any other INSERT that matched would be judged as a row without
  * a token: accepted only if the transaction fenced its resource, so never
  * a write the transaction has not fenced.  A move missed (a trigger of
  * the partitions ran SQL in between, which advances the command) is
@@ -450,9 +451,11 @@ fence_trigger_presented_token(FenceTriggerConfig *config,
 typedef struct FenceTriggerMove
 {
 	bool		valid;
+	bool		deleted;		/* the DELETE of the old row followed */
 	uint64		cache_generation;
 	CommandId	command_id;
 	Oid			from_relid;
+	ItemPointerData from_tid;	/* the old row */
 	int64		token;
 	char		resource[LOCKFENCE_MAX_RESOURCE_BYTES + 1];
 } FenceTriggerMove;
@@ -474,13 +477,29 @@ fence_trigger_move_note(FenceTriggerConfig *config, TriggerData *trigdata,
 								  config->token_attnum, &isnull);
 	if (isnull)
 		return;					/* an INSERT of it presents nothing anyway */
+	fence_trigger_move.deleted = false;
 	fence_trigger_move.cache_generation = fence_cache_generation();
 	fence_trigger_move.command_id = GetCurrentCommandId(false);
 	fence_trigger_move.from_relid = RelationGetRelid(trigdata->tg_relation);
+	fence_trigger_move.from_tid = trigdata->tg_trigtuple->t_self;
 	fence_trigger_move.token = DatumGetInt64(value);
 	strlcpy(fence_trigger_move.resource, resource,
 			sizeof(fence_trigger_move.resource));
 	fence_trigger_move.valid = true;
+}
+
+/* A DELETE from a partition: is it of the UPDATE's old row? */
+static void
+fence_trigger_move_delete(TriggerData *trigdata)
+{
+	if (fence_trigger_move.valid &&
+		fence_trigger_move.command_id == GetCurrentCommandId(false) &&
+		fence_trigger_move.from_relid == RelationGetRelid(trigdata->tg_relation) &&
+		ItemPointerEquals(&fence_trigger_move.from_tid,
+						  &trigdata->tg_trigtuple->t_self))
+		fence_trigger_move.deleted = true;
+	else
+		fence_trigger_move.valid = false;
 }
 
 /*
@@ -495,7 +514,8 @@ fence_trigger_move_taken(TriggerData *trigdata, const char *resource,
 
 	if (!fence_trigger_move.valid)
 		return false;
-	taken = fence_trigger_move.cache_generation == fence_cache_generation() &&
+	taken = fence_trigger_move.deleted &&
+		fence_trigger_move.cache_generation == fence_cache_generation() &&
 		fence_trigger_move.command_id == GetCurrentCommandId(false) &&
 		fence_trigger_move.from_relid != RelationGetRelid(trigdata->tg_relation) &&
 		fence_trigger_move.token == token &&
@@ -622,5 +642,7 @@ lockfence_fence_trigger(PG_FUNCTION_ARGS)
 	if (is_partition && !presented &&
 		TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 		fence_trigger_move_note(config, trigdata, resource);
+	else if (is_partition && TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		fence_trigger_move_delete(trigdata);
 	return PointerGetDatum(tuple);
 }
