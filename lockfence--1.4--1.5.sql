@@ -696,3 +696,42 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The event trigger that lists protected tables also fires for CREATE
+-- SCHEMA, whose CREATE TRIGGER elements are commands of their own (and is
+-- no rename).  Created again, in the state it was in.
+
+-- List the tables given a lockfence row trigger (protect(), by hand, a
+-- restore's post-data, also inside CREATE SCHEMA) and the new names of
+-- renamed or moved ones (ALTER TABLE ... RENAME or SET SCHEMA, ALTER
+-- SCHEMA ... RENAME).
+CREATE OR REPLACE FUNCTION lockfence.track_protected_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lockfence.sync_protected_tables(
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) ALL (ARRAY['CREATE TRIGGER', 'CREATE SCHEMA']));
+END
+$$;
+
+DO $$
+DECLARE
+    state "char" := (SELECT e.evtenabled FROM pg_catalog.pg_event_trigger e
+                      WHERE e.evtname = 'lockfence_track_protected_tables');
+BEGIN
+    DROP EVENT TRIGGER IF EXISTS lockfence_track_protected_tables;
+    CREATE EVENT TRIGGER lockfence_track_protected_tables ON ddl_command_end
+        WHEN TAG IN ('CREATE TRIGGER', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
+                     'ALTER SCHEMA', 'CREATE SCHEMA')
+        EXECUTE FUNCTION lockfence.track_protected_tables();
+    IF state IS NULL OR state = 'A' THEN
+        ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE ALWAYS;
+    ELSIF state = 'D' THEN
+        ALTER EVENT TRIGGER lockfence_track_protected_tables DISABLE;
+    ELSIF state = 'R' THEN
+        ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE REPLICA;
+    END IF;
+END
+$$;

@@ -549,8 +549,9 @@ CREATE EVENT TRIGGER lockfence_forget_dropped_tables ON sql_drop
 ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
 
 -- List the tables given a lockfence row trigger (protect(), by hand, a
--- restore's post-data) and the new names of renamed or moved ones (ALTER
--- TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME).
+-- restore's post-data, also inside CREATE SCHEMA) and the new names of
+-- renamed or moved ones (ALTER TABLE ... RENAME or SET SCHEMA, ALTER
+-- SCHEMA ... RENAME).
 CREATE FUNCTION lockfence.track_protected_tables()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -558,7 +559,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM lockfence.sync_protected_tables(
-        renamed => TG_TAG OPERATOR(pg_catalog.<>) 'CREATE TRIGGER');
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) ALL (ARRAY['CREATE TRIGGER', 'CREATE SCHEMA']));
 END
 $$;
 
@@ -567,7 +568,7 @@ COMMENT ON FUNCTION lockfence.track_protected_tables() IS
 
 CREATE EVENT TRIGGER lockfence_track_protected_tables ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
-                 'ALTER SCHEMA')
+                 'ALTER SCHEMA', 'CREATE SCHEMA')
     EXECUTE FUNCTION lockfence.track_protected_tables();
 
 ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE ALWAYS;

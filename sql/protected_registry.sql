@@ -124,9 +124,9 @@ SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
 -- 9. a listed name that names no table (left out of a dump, or dropped
 -- while the event triggers were disabled) is a warning, with the statement
 -- that removes it as the hint; only a role with the privileges of the
--- list's owner may remove it (42501 for others), and a table's owner who
--- drops it still has its name removed (the event trigger runs as the
--- list's owner)
+-- list's owner (or CREATE on its schema) may remove it (42501 for others,
+-- whose renames leave it too), and a table's owner who drops it still has
+-- its name removed (the event trigger runs as the list's owner)
 ALTER EVENT TRIGGER lockfence_forget_dropped_tables DISABLE;
 DROP TABLE rn3."T 2";
 ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
@@ -144,15 +144,20 @@ SET ROLE regress_reg_nobody;
 SELECT lockfence.sync_protected_tables(forget => ARRAY['rn3."T 2"']);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
-SELECT lockfence.sync_protected_tables(forget => ARRAY['rn3."T 2"']);
-SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
+-- nor does its rename of a protected table of its own, which removes the
+-- old name (in a schema where it may create tables) and nothing else
 GRANT CREATE ON SCHEMA public TO regress_reg_nobody;
 SET ROLE regress_reg_nobody;
 CREATE TABLE nobodys (id int);
 SELECT lockfence.protect('nobodys', resource => 'nobodys');
+ALTER TABLE nobodys RENAME TO nobodys2;
+SELECT lockfence.sync_protected_tables(renamed => true);
+RESET ROLE;
 SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
-DROP TABLE nobodys;
+SELECT lockfence.sync_protected_tables(forget => ARRAY['rn3."T 2"']);
+SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
+SET ROLE regress_reg_nobody;
+DROP TABLE nobodys2;
 SELECT tbl FROM lockfence.protected_tables ORDER BY 1;
 RESET ROLE;
 REVOKE CREATE ON SCHEMA public FROM regress_reg_nobody;
@@ -194,6 +199,15 @@ RESET ROLE;
 SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%evil%' ORDER BY 1;
 DROP SCHEMA regress_evil CASCADE;
 DROP ROLE regress_reg_evil;
+
+-- 10. a lockfence trigger created inside CREATE SCHEMA is listed too
+CREATE SCHEMA reg_cs
+    CREATE TABLE t (id int)
+    CREATE TRIGGER zz_fence BEFORE INSERT OR UPDATE OR DELETE ON t
+        FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=cs');
+SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE 'reg_cs%' ORDER BY 1;
+DROP SCHEMA reg_cs CASCADE;
+SELECT count(*) FROM lockfence.protected_tables WHERE tbl LIKE 'reg_cs%';
 
 -- leave the database as the next test expects it
 DROP EXTENSION lockfence;

@@ -49,9 +49,23 @@ PG_FUNCTION_INFO_V1(lockfence_sync_protected_tables);
 	"        pg_catalog.parse_ident(u.x, false) AS i(p))"
 
 /*
- * Refuse to forget a listed name that names no table, for a caller without
- * the privileges of the list's owner: the name stands for a protected
- * table that check() reports missing.
+ * May a listed name p.tbl that names no table be forgotten?  By a role
+ * with the privileges of the list's owner (privileged: an SQL boolean),
+ * or with CREATE on the schema the name is in (role: "" for the current
+ * user, or "$n, " for a parameter), which could make the name resolve and
+ * drop its table anyway.  Not by anyone else, e.g. any role renaming a
+ * protected table of its own (a rename removes the names that no longer
+ * resolve): the name stands for a protected table that check() reports
+ * missing, one left out of a restored dump, say.
+ */
+#define MAY_FORGET_MISSING(privileged, role) \
+	"(" privileged " OR EXISTS (SELECT FROM pg_catalog.pg_namespace n" \
+	"   WHERE n.nspname = (pg_catalog.parse_ident(p.tbl, false))[1]" \
+	"     AND pg_catalog.has_schema_privilege(" role "n.oid, 'CREATE')))"
+
+/*
+ * Refuse to forget a listed name that names no table, for a caller that
+ * may not (MAY_FORGET_MISSING).
  */
 static void
 forget_missing_check(Oid registry_owner, Oid *argtypes, Datum *values)
@@ -61,6 +75,7 @@ forget_missing_check(Oid registry_owner, Oid *argtypes, Datum *values)
 	if (SPI_execute_with_args("SELECT p.tbl FROM lockfence.protected_tables p"
 							  " WHERE p.tbl IN " FORGET_NAMES
 							  "   AND lockfence.protected_table_oid(p.tbl) IS NULL"
+							  "   AND NOT " MAY_FORGET_MISSING("false", "")
 							  " ORDER BY p.tbl LIMIT 1",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read lockfence.protected_tables");
@@ -69,7 +84,7 @@ forget_missing_check(Oid registry_owner, Oid *argtypes, Datum *values)
 	name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("must have the privileges of role \"%s\" to make lockfence forget table %s, which does not exist",
+			 errmsg("must have the privileges of role \"%s\", or CREATE on the schema, to make lockfence forget table %s, which does not exist",
 					GetUserNameFromId(registry_owner, false), name),
 			 errdetail("lockfence.check() reports a listed table that is missing (protected_table_missing): a dump restored without it, or a table dropped while lockfence's event triggers were disabled.")));
 }
@@ -97,12 +112,12 @@ forget_missing_check(Oid registry_owner, Oid *argtypes, Datum *values)
  *   reported by check(): only its owner may make lockfence forget it.  A
  *   name that names nothing (a table left out of a restored dump, or
  *   dropped while the event triggers were disabled) is reported too, and
- *   only roles with the privileges of the list's owner may make lockfence
- *   forget it: the sql_drop event trigger, which runs as that owner, for
- *   the tables a statement drops, and the operator check() hints at;
+ *   only roles that MAY_FORGET_MISSING may make lockfence forget it: the
+ *   sql_drop event trigger, which runs as the list's owner, for the tables
+ *   a statement drops, and the operator check() hints at;
  * - renamed (after ALTER TABLE, ALTER SCHEMA): if that added a name, a
  *   table was renamed or moved, and the names that no longer resolve are
- *   removed.  Not after other commands: the names of tables left out of
+ *   removed, those the caller MAY_FORGET_MISSING.  Not after other commands: the names of tables left out of
  *   the dump a database was restored from must stay listed for check()
  *   (protected_table_missing) through the restore's post-data.
  *
@@ -207,11 +222,21 @@ lockfence_sync_protected_tables(PG_FUNCTION_ARGS)
 							  1, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not write lockfence.protected_tables");
 
-	if (renamed && added > 0 &&
-		SPI_execute("DELETE FROM lockfence.protected_tables"
-					" WHERE lockfence.protected_table_oid(tbl) IS NULL",
-					false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "could not write lockfence.protected_tables");
+	if (renamed && added > 0)
+	{
+		Oid			renamed_argtypes[2] = {BOOLOID, OIDOID};
+		Datum		renamed_values[2];
+
+		renamed_values[0] = BoolGetDatum(has_privs_of_role(save_userid,
+														   registry_owner));
+		renamed_values[1] = ObjectIdGetDatum(save_userid);
+		if (SPI_execute_with_args("DELETE FROM lockfence.protected_tables p"
+								  " WHERE lockfence.protected_table_oid(p.tbl) IS NULL"
+								  "   AND " MAY_FORGET_MISSING("$1", "$2, "),
+								  2, renamed_argtypes, renamed_values, NULL,
+								  false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not write lockfence.protected_tables");
+	}
 
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	SPI_finish();
