@@ -290,65 +290,46 @@ fence_read(const char *resource, bool latest, FenceRow *row, bool *in_spi,
 
 /*
  * Under REPEATABLE READ and SERIALIZABLE the row was read as the
- * transaction's snapshot sees it.  A check that would accept must not
- * build on a token that a transaction committed since then has replaced
- * (or on a row it inserted or deleted), nor on a row whose newest version
- * the same check would refuse: the same token with its lease released
- * or expired since, or with another holder.  Either is a serialization
- * failure, as locking such a row raises.  (A renewal that leaves the
- * lease valid is not: a lease holder may renew from another connection
- * while it writes.  Under READ COMMITTED the snapshot was taken after
- * the resource lock, and is current.)
+ * transaction's snapshot sees it, and the verdict (action) drawn from it
+ * must still hold for the newest version, or the check fails as a
+ * serialization failure, as locking such a row raises; a retry sees the
+ * row as it is.  (Under READ COMMITTED the snapshot was taken after the
+ * resource lock, and is current.)
+ *
+ * A check that would accept must not build on a token that a transaction
+ * committed since then has replaced (or on a row it inserted or deleted),
+ * nor on a row whose newest version the same check would refuse: the same
+ * token with its lease released or expired since, or with another holder.
+ * (A renewal that leaves the lease valid is not: a lease holder may renew
+ * from another connection while it writes.)  A refusal must not be one
+ * the newest version would not give (a lease renewed since, whose old
+ * expiry has passed; a fence reset): "the lease is no longer held" (LF003)
+ * tells its holder to stop.
  */
 static void
 fence_check_serializable(const char *resource, int64 token,
-						 const char *holder, bool must_advance, bool found,
-						 const FenceRow *row, bool *in_spi,
-						 FenceStoreState *state)
+						 const char *holder, bool must_advance,
+						 FenceAction action, bool found, const FenceRow *row,
+						 bool *in_spi, FenceStoreState *state)
 {
 	FenceRow	latest;
 	bool		latest_found;
+	bool		latest_refuses;
 	FenceOutcome judged;
 
 	if (!IsolationUsesXactSnapshot())
 		return;
 	latest_found = fence_read(resource, true, &latest, in_spi, state);
-	if (latest_found != found ||
-		(found && (latest.token != row->token ||
-				   fence_decide(&latest, token, holder, must_advance,
-								&judged) == FENCE_ACTION_REFUSE)))
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent update")));
-}
-
-/*
- * Under REPEATABLE READ and SERIALIZABLE a refusal, too, was drawn from the
- * row as the transaction's snapshot sees it.  When the newest version
- * would not be refused (a lease renewed since the snapshot, whose old
- * expiry has passed; a fence reset), the refusal would say what is no
- * longer true: "the lease is no longer held" (LF003) tells its holder to
- * stop.  That is a serialization failure too; a retry sees the row as it
- * is.
- */
-static void
-fence_check_refusal_current(const char *resource, int64 token,
-							const char *holder, bool must_advance,
-							bool *in_spi, FenceStoreState *state)
-{
-	FenceRow	latest;
-	bool		latest_found;
-	FenceOutcome judged;
-
-	if (!IsolationUsesXactSnapshot())
-		return;
-	latest_found = fence_read(resource, true, &latest, in_spi, state);
-	if (fence_decide(latest_found ? &latest : NULL, token, holder,
-					 must_advance, &judged) != FENCE_ACTION_REFUSE)
+	latest_refuses = fence_decide(latest_found ? &latest : NULL, token,
+								  holder, must_advance, &judged) ==
+		FENCE_ACTION_REFUSE;
+	if (action == FENCE_ACTION_REFUSE ? !latest_refuses :
+		(latest_found != found || latest_refuses ||
+		 (found && latest.token != row->token)))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to concurrent update"),
-				 errdetail("The fence row of resource \"%s\" changed after this transaction's snapshot, and the check it refused would pass now.",
+				 errdetail("The fence row of resource \"%s\" changed after this transaction's snapshot.",
 						   resource)));
 }
 
@@ -445,14 +426,11 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		found = fence_read(resource, false, &row, &in_spi, &state);
 		action = fence_decide(found ? &row : NULL, token, holder,
 							  must_advance, outcome);
-		if (action != FENCE_ACTION_REFUSE)
-			fence_check_serializable(resource, token, holder, must_advance,
-									 found, &row, &in_spi, &state);
+		fence_check_serializable(resource, token, holder, must_advance,
+								 action, found, &row, &in_spi, &state);
 
 		if (action == FENCE_ACTION_REFUSE)
 		{
-			fence_check_refusal_current(resource, token, holder, must_advance,
-										&in_spi, &state);
 			fence_lock_release(resource, mode);
 			break;
 		}
