@@ -306,6 +306,7 @@ COMMENT ON FUNCTION lockfence.alter_table_actions(pg_ddl_command) IS
 -- table by that name (in that schema, if given) that is now a partition of
 -- parent (ATTACH), or that is no partition and is locked by this
 -- transaction as DETACH locks it.  Ambiguous names give every candidate.
+-- (Up to 1.4, pg_temp.x named nothing: the schema is called pg_temp_N.)
 CREATE FUNCTION lockfence.named_partitions(parent regclass, schema_name text,
                                            table_name text, attached boolean)
 RETURNS SETOF regclass
@@ -317,7 +318,10 @@ AS $$
      WHERE c.relname = named_partitions.table_name
        AND (named_partitions.schema_name IS NULL
             OR c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n
-                                  WHERE n.nspname = named_partitions.schema_name))
+                                  WHERE n.nspname = named_partitions.schema_name)
+            -- pg_temp names the session's own temporary schema
+            OR (named_partitions.schema_name = 'pg_temp'
+                AND c.relnamespace = pg_catalog.pg_my_temp_schema()))
        AND CASE WHEN named_partitions.attached
            THEN EXISTS (SELECT FROM pg_catalog.pg_inherits i
                          WHERE i.inhrelid = c.oid AND i.inhparent = named_partitions.parent)
@@ -1299,10 +1303,13 @@ BEGIN
     END LOOP;
 
     -- Descendants of protected tables without the protected ancestor's
-    -- row trigger, or without its TRUNCATE trigger (copied by name).
+    -- row trigger, or without a copy of its TRUNCATE trigger: one of
+    -- lockfence's with the same arguments and no WHEN, whatever its name
+    -- (as cover_descendant() judges; a trigger that merely has the name
+    -- fences nothing).
     FOR r IN
         WITH prot AS (
-            SELECT DISTINCT tg.tgrelid AS relid, tg.tgname,
+            SELECT DISTINCT tg.tgrelid AS relid, tg.tgname, tg.tgargs,
                    (tg.tgtype::int & 1) = 1 AS is_row
               FROM pg_catalog.pg_trigger tg
              WHERE tg.tgfoid = fence_fn AND tg.tgparentid = 0
@@ -1320,7 +1327,9 @@ BEGIN
                        AND (x.tgtype::int & 1) = 1))
             OR (NOT p.is_row AND NOT EXISTS (
                     SELECT FROM pg_catalog.pg_trigger x
-                     WHERE x.tgrelid = i.inhrelid AND x.tgname = p.tgname))
+                     WHERE x.tgrelid = i.inhrelid AND x.tgfoid = fence_fn
+                       AND (x.tgtype::int & 1) = 0 AND (x.tgtype::int & 32) <> 0
+                       AND x.tgargs = p.tgargs AND x.tgqual IS NULL))
          ORDER BY 1, 2
     LOOP
         RETURN QUERY SELECT 'error', 'partition_unprotected',

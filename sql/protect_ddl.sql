@@ -261,6 +261,33 @@ CREATE TRIGGER broken BEFORE INSERT OR UPDATE OR DELETE ON rst
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'rst'::regclass ORDER BY 1;
 RESET check_function_bodies;
 
+-- check(): a partition's TRUNCATE trigger counts by what it is (lockfence's,
+-- with the parent's arguments, no WHEN), not by its name: one replaced by
+-- a trigger of that name that fences nothing is reported, and a renamed
+-- copy is not
+CREATE TABLE ck (k int, v text) PARTITION BY LIST (k);
+CREATE TABLE ck1 PARTITION OF ck FOR VALUES IN (1);
+SELECT lockfence.protect('ck', resource => 'ck');
+DROP TRIGGER zz_lockfence_fence_truncate ON ck1;
+CREATE TRIGGER zz_lockfence_fence_truncate BEFORE TRUNCATE ON ck1
+    FOR EACH STATEMENT EXECUTE FUNCTION noop();
+SELECT finding, detail FROM lockfence.check() WHERE finding = 'partition_unprotected';
+DROP TRIGGER zz_lockfence_fence_truncate ON ck1;
+SELECT lockfence.cover_descendants('ck');
+ALTER TRIGGER zz_lockfence_fence_truncate ON ck1 RENAME TO ck1_truncate;
+SELECT finding, detail FROM lockfence.check() WHERE finding = 'partition_unprotected';
+DROP TABLE ck;
+
+-- ATTACH and DETACH name a temporary partition as pg_temp.x too
+CREATE TEMP TABLE tp (k int, v text) PARTITION BY LIST (k);
+SELECT lockfence.protect('pg_temp.tp', resource => 'tp');
+CREATE TEMP TABLE tx (k int, v text);
+INSERT INTO tx VALUES (1, 'unfenced');
+ALTER TABLE pg_temp.tp ATTACH PARTITION pg_temp.tx FOR VALUES IN (1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM pg_inherits WHERE inhrelid = 'pg_temp.tx'::regclass;
+DROP TABLE tp, tx;
+
 -- leave the database as the next test expects it
 DROP TABLE rst, gres, ptu, weird, ptu4, idt, idt2, dft, late, lp, ap, ap1, rp, dp, dp1, dp2,
     dq, dq1, at, art, att, cht, chd;
