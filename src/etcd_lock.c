@@ -343,6 +343,41 @@ renew_session_lease_after_wait(int64 session_lease)
 }
 
 /*
+ * After a wait behind the keys of name, which our key won: a key of this
+ * session still listed in the name's queue was older than ours, so it was
+ * gone when the wait ended.  Its lock was lost meanwhile: the wait kept
+ * only its own lease alive, and the older key's lease (of another TTL, or
+ * the session lease when the call waited on a lease of its own) may have
+ * expired.  Report the loss (LF003) instead of handing out this lock while
+ * the session believes it holds the older one: the whole lease's locks
+ * when the lease is gone, else that lock (its key deleted by someone).
+ */
+static void
+check_own_keys_after_wait(const char *name, const char *key)
+{
+	const char *own = etcd_session_key_on_name(name, key);
+	int64		lease;
+	int64		left;
+	char	   *lost;
+
+	if (own == NULL)
+		return;
+	lease = etcd_lock_key_lease(own);
+	if (lease > 0 && !etcd_session_keepalive(lease, &left))
+		etcd_session_lease_lost(lease,
+								"expired or was revoked while this session waited behind its lock",
+								false);
+	lost = pstrdup(own);
+	etcd_session_lock_found_gone(lost);
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+			 errmsg("etcd lock \"%s\" of this session was lost", lost),
+			 errdetail("Its key was deleted while this session waited behind it for lock \"%s\".",
+					   name),
+			 errhint("Acquire the locks again; writes fenced with their tokens are refused once a successor fences.")));
+}
+
+/*
  * Queue our key on *lease (see queue_lock_key).  A session lease used
  * before may be gone (it was not renewed within its TTL, or was revoked):
  * every lock on it is lost with it (etcd_session_lease raises LF003 for
@@ -461,6 +496,7 @@ acquire_steps(void *arg)
 					   c->deadline);
 		if (c->lease != c->session_lease)
 			renew_session_lease_after_wait(c->session_lease);
+		check_own_keys_after_wait(c->name, key);
 		c->got = true;
 		c->res->token = my_rev;
 	}

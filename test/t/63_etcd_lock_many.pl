@@ -10,7 +10,9 @@
 #	  - wait_timeout bounds the whole call, not each lock;
 #	  - a call that waits for a name the session holds itself fails with
 #	    LF003 when the session lease expires meanwhile (that wait renews
-#	    only the lease of its own), never returning a lock already lost;
+#	    only the lease of its own), never returning a lock already lost,
+#	    and with another TTL than the held lock's fails with LF003 naming
+#	    the held lock, which expired while it waited;
 #	  - two sessions asking for overlapping sets in opposite orders do not
 #	    deadlock;
 #	  - etcd_lock_and_fence(text[], text[]) fences each resource with its
@@ -205,6 +207,23 @@ like($res->{message} // '', qr{\Q$ox\E}, '... and the lock the session held');
 ok(poll_until(10, sub { !scalar($etcd->keys('sx/')) }),
 	'own name: nothing of the call is left in etcd');
 $o->quit;
+
+# --- the same with another TTL: the older lock is checked after the wait -------
+# The session holds sy (TTL 3).  etcd_lock('sy', 20) waits with the session
+# lease of TTL 20, which renews nothing of TTL 3: the older lock expires,
+# the wait wins, and the call fails with LF003 naming the older lock
+# instead of returning the new one while the session lists both.
+my $q = session();
+my $qy = $q->query_safe("SELECT key FROM lockfence.etcd_lock('sy', 3)");
+chomp $qy;
+$res = sql_try($q, "SELECT key FROM lockfence.etcd_lock('sy', 20, '20 s')");
+is($res->{sqlstate}, 'LF003',
+	'own name, another TTL: LF003 once the older lock, not renewed by that wait, expired')
+  or diag explain $res;
+like($res->{message} // '', qr{\Q$qy\E}, '... naming the older lock');
+ok(poll_until(10, sub { !scalar($etcd->keys('sy/')) }),
+	'own name, another TTL: nothing of the call is left in etcd');
+$q->quit;
 
 # --- overlapping sets in opposite orders do not deadlock ------------------------
 
