@@ -64,8 +64,7 @@ REVOKE ALL ON FUNCTION lockfence.reset(text) FROM PUBLIC;
 --
 -- Several resources in one call, checked in byte order (duplicates
 -- removed), so that overlapping sets fenced in any order cannot deadlock;
--- all or nothing.  Like fence(text, bigint, text), not executable by
--- PUBLIC (since 1.4: see "privileges" below, and grant_usage).
+-- all or nothing.  Executable by PUBLIC, like fence(text, bigint, text).
 CREATE FUNCTION lockfence.fence(resources text[], token bigint,
                                 holder text DEFAULT NULL)
 RETURNS bigint
@@ -306,7 +305,6 @@ COMMENT ON FUNCTION lockfence.alter_table_actions(pg_ddl_command) IS
 -- table by that name (in that schema, if given) that is now a partition of
 -- parent (ATTACH), or that is no partition and is locked by this
 -- transaction as DETACH locks it.  Ambiguous names give every candidate.
--- (Up to 1.4, pg_temp.x named nothing: the schema is called pg_temp_N.)
 CREATE FUNCTION lockfence.named_partitions(parent regclass, schema_name text,
                                            table_name text, attached boolean)
 RETURNS SETOF regclass
@@ -318,10 +316,7 @@ AS $$
      WHERE c.relname = named_partitions.table_name
        AND (named_partitions.schema_name IS NULL
             OR c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n
-                                  WHERE n.nspname = named_partitions.schema_name)
-            -- pg_temp names the session's own temporary schema
-            OR (named_partitions.schema_name = 'pg_temp'
-                AND c.relnamespace = pg_catalog.pg_my_temp_schema()))
+                                  WHERE n.nspname = named_partitions.schema_name))
        AND CASE WHEN named_partitions.attached
            THEN EXISTS (SELECT FROM pg_catalog.pg_inherits i
                          WHERE i.inhrelid = c.oid AND i.inhparent = named_partitions.parent)
@@ -343,8 +338,7 @@ COMMENT ON FUNCTION lockfence.named_partitions(regclass, text, text, boolean) IS
 -- row: every resource the rows belong to must have been fenced in this
 -- transaction.  only_clones: check only the triggers the table got from a
 -- new parent, unless it has an identical one of its own, under which its
--- rows were written (one that fires in ordinary sessions: not disabled,
--- nor set to fire only with session_replication_role = replica).  A rewrite of the resource column itself cannot be
+-- rows were written.  A rewrite of the resource column itself cannot be
 -- fenced: the old resources are gone.
 CREATE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
                                             attnum smallint,
@@ -375,7 +369,7 @@ BEGIN
                                      WHERE x.tgrelid = rel AND x.tgparentid = 0
                                        AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
                                        AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
-                                       AND x.tgenabled IN ('O', 'A'))))
+                                       AND x.tgenabled <> 'D')))
          ORDER BY tg.tgname
     LOOP
         missing := NULL;
@@ -435,7 +429,7 @@ BEGIN
                         s.partition_schema, s.partition_name
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
                LATERAL lockfence.alter_table_actions(c.command) AS s
-         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE')
+         WHERE c.command_tag = 'ALTER TABLE'
          ORDER BY s.relid, s.action, s.partition_name
     LOOP
         IF a.action = 'detach partition' THEN
@@ -506,10 +500,9 @@ COMMENT ON FUNCTION lockfence.protected_table_oid(text) IS
     'The table a name of lockfence.protected_tables names, NULL if none';
 
 -- Add the name of every table with a lockfence row trigger of its own;
--- remove the names in forget that are gone (for roles with the privileges
--- of the list's owner), or that name a table without one that the caller
--- owns; after a rename (renamed), remove the names that no longer name a
--- table.  Anything else is left as it is.
+-- remove the names in forget that are gone, or that name a table without
+-- one that the caller owns; after a rename (renamed), remove the names
+-- that no longer name a table.  Anything else is left as it is.
 CREATE FUNCTION lockfence.sync_protected_tables(forget text[] DEFAULT NULL,
                                                 renamed boolean DEFAULT false)
 RETURNS void
@@ -521,13 +514,10 @@ COMMENT ON FUNCTION lockfence.sync_protected_tables(text[], boolean) IS
     'Keep lockfence.protected_tables true to the tables and their triggers';
 
 -- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
--- OWNED, ...) by name.  As the list's owner: only it may make lockfence
--- forget a name that no longer names a table, and the names here are
--- those of the tables this very statement dropped.
+-- OWNED, ...) by name.
 CREATE FUNCTION lockfence.forget_dropped_tables()
 RETURNS event_trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -553,9 +543,8 @@ CREATE EVENT TRIGGER lockfence_forget_dropped_tables ON sql_drop
 ALTER EVENT TRIGGER lockfence_forget_dropped_tables ENABLE ALWAYS;
 
 -- List the tables given a lockfence row trigger (protect(), by hand, a
--- restore's post-data, also inside CREATE SCHEMA) and the new names of
--- renamed or moved ones (ALTER TABLE ... RENAME or SET SCHEMA, ALTER
--- SCHEMA ... RENAME).
+-- restore's post-data) and the new names of renamed or moved ones (ALTER
+-- TABLE ... RENAME or SET SCHEMA, ALTER SCHEMA ... RENAME).
 CREATE FUNCTION lockfence.track_protected_tables()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -563,7 +552,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM lockfence.sync_protected_tables(
-        renamed => TG_TAG OPERATOR(pg_catalog.<>) ALL (ARRAY['CREATE TRIGGER', 'CREATE SCHEMA']));
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) 'CREATE TRIGGER');
 END
 $$;
 
@@ -572,7 +561,7 @@ COMMENT ON FUNCTION lockfence.track_protected_tables() IS
 
 CREATE EVENT TRIGGER lockfence_track_protected_tables ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
-                 'ALTER SCHEMA', 'CREATE SCHEMA')
+                 'ALTER SCHEMA')
     EXECUTE FUNCTION lockfence.track_protected_tables();
 
 ALTER EVENT TRIGGER lockfence_track_protected_tables ENABLE ALWAYS;
@@ -641,17 +630,13 @@ BEGIN
 END
 $$;
 
--- CREATE SCHEMA reports the tables and triggers it creates as commands of
--- their own; ALTER FOREIGN TABLE can INHERIT a protected table.
 CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
-                 'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
-                 'CREATE SCHEMA')
+                 'CREATE FOREIGN TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
--- Protect a table: the row trigger and the TRUNCATE trigger (which lets a
--- TRUNCATE through only for a fixed resource the transaction fenced), named
--- so that they fire after the table's other BEFORE triggers.
+-- Protect a table: the row trigger and, for a fixed resource, the TRUNCATE
+-- trigger, named so that they fire after the table's other BEFORE triggers.
 CREATE FUNCTION lockfence.protect(tbl regclass,
                                   resource text DEFAULT NULL,
                                   resource_column name DEFAULT NULL,
@@ -1303,13 +1288,10 @@ BEGIN
     END LOOP;
 
     -- Descendants of protected tables without the protected ancestor's
-    -- row trigger, or without a copy of its TRUNCATE trigger: one of
-    -- lockfence's with the same arguments and no WHEN, whatever its name
-    -- (as cover_descendant() judges; a trigger that merely has the name
-    -- fences nothing).
+    -- row trigger, or without its TRUNCATE trigger (copied by name).
     FOR r IN
         WITH prot AS (
-            SELECT DISTINCT tg.tgrelid AS relid, tg.tgname, tg.tgargs,
+            SELECT DISTINCT tg.tgrelid AS relid, tg.tgname,
                    (tg.tgtype::int & 1) = 1 AS is_row
               FROM pg_catalog.pg_trigger tg
              WHERE tg.tgfoid = fence_fn AND tg.tgparentid = 0
@@ -1327,9 +1309,7 @@ BEGIN
                        AND (x.tgtype::int & 1) = 1))
             OR (NOT p.is_row AND NOT EXISTS (
                     SELECT FROM pg_catalog.pg_trigger x
-                     WHERE x.tgrelid = i.inhrelid AND x.tgfoid = fence_fn
-                       AND (x.tgtype::int & 1) = 0 AND (x.tgtype::int & 32) <> 0
-                       AND x.tgargs = p.tgargs AND x.tgqual IS NULL))
+                     WHERE x.tgrelid = i.inhrelid AND x.tgname = p.tgname))
          ORDER BY 1, 2
     LOOP
         RETURN QUERY SELECT 'error', 'partition_unprotected',
