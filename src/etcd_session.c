@@ -80,6 +80,8 @@ typedef struct SessionLease
 	int64		lease;
 	int			ttl;			/* TTL asked for (the session's key) */
 	bool		current;		/* new locks with this TTL go on it */
+	bool		given_up;		/* a key of ours may be left on it that we
+								 * no longer track: never renewed again */
 	TimestampTz renewed_at;		/* sent its grant or last keepalive */
 } SessionLease;
 
@@ -125,6 +127,7 @@ static char lost_key[256];
 static TimestampTz exit_cleanup_started = 0;
 
 static void etcd_session_exit(int code, Datum arg);
+static void refuse_given_up_renewal(int64 lease);
 static void fault_point(const char *point);
 static void etcd_session_xact(XactEvent event, void *arg);
 static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
@@ -223,6 +226,7 @@ etcd_session_track(int64 lease, int ttl, TimestampTz asked_at)
 	leases[n_leases].lease = lease;
 	leases[n_leases].ttl = ttl;
 	leases[n_leases].current = ttl > 0;
+	leases[n_leases].given_up = false;
 	/* etcd counts the TTL from before its reply: from the request, here */
 	leases[n_leases].renewed_at = asked_at;
 	n_leases++;
@@ -347,13 +351,17 @@ etcd_session_revoke_after_error(int64 lease)
 
 /*
  * Renew a lease once (etcd_lease_keepalive) and, when it succeeded, note
- * the renewal if the lease is ours.
+ * the renewal if the lease is ours.  A lease of ours that was given up is
+ * not renewed: see refuse_given_up_renewal.
  */
 bool
 etcd_session_keepalive(int64 lease, int64 *ttl)
 {
+	SessionLease *l = find_lease(lease);
 	TimestampTz sent_at;
 
+	if (l != NULL && l->given_up)
+		refuse_given_up_renewal(lease);
 	if (!etcd_lease_keepalive(lease, ttl, &sent_at))
 		return false;
 	etcd_session_lease_renewed(lease, sent_at);
@@ -402,8 +410,12 @@ etcd_session_renewal_due(int64 lease)
 }
 
 /*
- * Take no new locks on this lease (the member holding a lock request on
- * it stopped answering): the next lock of its TTL gets a new lease.
+ * Give up a lease carrying a key of ours that could not be deleted (the
+ * member stopped answering, the cleanup's time ran out, or the release
+ * raised) and that we no longer track: the next lock of its TTL gets a
+ * new lease, and the lease is never renewed again, since the forgotten
+ * key would live on with it and stay ahead of every later waiter for its
+ * name.
  */
 static void
 etcd_session_retire(int64 lease)
@@ -411,7 +423,30 @@ etcd_session_retire(int64 lease)
 	SessionLease *l = find_lease(lease);
 
 	if (l != NULL)
+	{
 		l->current = false;
+		l->given_up = true;
+	}
+}
+
+/*
+ * A renewal of a lease we gave up (etcd_session_retire): revoke it now if
+ * etcd answers in time (else it expires with its TTL), and report its
+ * locks lost (LF003), also when none of ours is left on it.  Fail closed:
+ * the session's other locks on the lease go with the forgotten key.
+ */
+static void
+refuse_given_up_renewal(int64 lease)
+{
+	etcd_session_lease_lost(lease,
+							"was given up: a lock request of this session on it could not be withdrawn",
+							true);
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+			 errmsg("etcd lease " INT64_FORMAT " was given up by this session",
+					lease),
+			 errdetail("A lock request of this session on it could not be withdrawn, so the lease is no longer renewed; it is revoked, or expires with its TTL."),
+			 errhint("Acquire the locks again.")));
 }
 
 /*
@@ -856,14 +891,10 @@ abandon_release(const ReleaseArgs *a)
 
 	for (i = n_locks - 1; i >= 0; i--)
 	{
-		SessionLease *sl;
-
 		if (!((a->pending && locks[i].pending) || (a->xact && locks[i].xact)) ||
 			(!a->all && locks[i].subid < a->subid))
 			continue;
-		sl = find_lease(locks[i].lease);
-		if (sl != NULL)
-			sl->current = false;
+		etcd_session_retire(locks[i].lease);
 		pfree(locks[i].key);
 		locks[i] = locks[--n_locks];
 	}

@@ -122,12 +122,12 @@ host_major=15
 # 100 ms (14, 61, 68) or within a second or two (23, 25, 60, 62, 66, 70,
 # 73), TTLs of a few seconds that a late renewal or a late check would
 # break (12, 15, 17, 26, 83), errors "within the request timeout" (10,
-# 13, 16, 19, 20, 22, 24, 63, 64).  They run one at a time per major, at
+# 13, 16, 19, 20, 22, 24, 63, 64, 69).  They run one at a time per major, at
 # TIMING_NICE, and at most TIMING_SLOTS of them at once in the whole run.  The
 # other files only wait for conditions (poll_until) or bound times far
 # above what they need (18: 20 s, 21: 30 s, 81: 10 s); they run with
 # prove -j.
-TIMING_TAP="10 12 13 14 15 16 17 19 20 22 23 24 25 26 60 61 62 63 64 66 68 70 73 83"
+TIMING_TAP="10 12 13 14 15 16 17 19 20 22 23 24 25 26 60 61 62 63 64 66 68 69 70 73 83"
 # Of those, the files whose bounds are 100 ms (a wait_timeout fired < 100
 # ms late, a cancel answered within 100 ms) run alone among the timing
 # files: with another timing file and its servers beside them at the same
@@ -140,7 +140,8 @@ ASSERT_PROVE_TESTS="test/t/01_crash_recovery.pl test/t/03_row_token_load_time.pl
 	test/t/08_multi_fence_stress.pl test/t/10_etcd_basic.pl
 	test/t/16_etcd_xact_scope.pl test/t/17_etcd_commit_check.pl
 	test/t/24_etcd_malformed_replies.pl test/t/63_etcd_lock_many.pl
-	test/t/64_etcd_commit_faults.pl test/t/70_leases.pl
+	test/t/64_etcd_commit_faults.pl test/t/69_etcd_given_up_lease.pl
+	test/t/70_leases.pl
 	test/t/72_lease_client_gone.pl test/t/81_check.pl
 	test/t/87_floor_ends_leases.pl test/t/88_promotion_guard.pl
 	test/t/89_differential_paths.pl"
