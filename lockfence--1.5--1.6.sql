@@ -397,6 +397,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     a record;
+    col name;
 BEGIN
     FOR a IN
         SELECT DISTINCT c.objid AS parent, s.action, s.relid, s.attnum,
@@ -424,6 +425,26 @@ BEGIN
                 PERFORM lockfence.check_rows_fenced(a.relid::regclass,
                                                     'ALTER COLUMN ... TYPE ... USING',
                                                     a.attnum, false);
+            ELSIF a.action = 'alter type' THEN
+                -- without USING the rows are rewritten through a cast, which
+                -- can change what it converts (to name truncates at 63
+                -- bytes, inet to text adds the mask): on the resource
+                -- column that renames the rows' resources, unfenced
+                SELECT att.attname INTO col
+                  FROM pg_catalog.pg_trigger AS t, pg_catalog.pg_attribute AS att
+                 WHERE t.tgrelid = a.relid
+                   AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                   AND att.attrelid = a.relid AND att.attnum = a.attnum
+                   AND 'resource_column=' || att.attname
+                       = ANY (lockfence.trigger_arguments(t.tgargs))
+                 LIMIT 1;
+                IF col IS NOT NULL THEN
+                    RAISE EXCEPTION 'cannot run ALTER COLUMN ... TYPE on column "%" of protected table "%"',
+                                    col, a.relid::regclass
+                        USING ERRCODE = 'feature_not_supported',
+                              DETAIL = 'It names the resource of each row, and the cast that rewrites the rows can change the names without a fence.',
+                              HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+                END IF;
             END IF;
         END IF;
     END LOOP;

@@ -219,6 +219,18 @@ ALTER TABLE art ALTER COLUMN v TYPE bigint USING 666;
 ALTER TABLE art ALTER COLUMN tenant TYPE varchar USING 'b';
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+-- without USING too, on the resource column: the cast can change the
+-- names (to name truncates them at 63 bytes); other columns may change
+BEGIN;
+SELECT lockfence.fence(repeat('a', 70), 1);
+INSERT INTO art VALUES (repeat('a', 70), 1);
+COMMIT;
+ALTER TABLE art ALTER COLUMN tenant TYPE name;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE art ALTER COLUMN tenant TYPE varchar;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE art ALTER COLUMN v TYPE bigint;
+SELECT length(tenant), v FROM art;
 -- a type the trigger cannot use is refused at the ALTER
 CREATE TABLE att (id int, tok bigint);
 SELECT lockfence.protect('att', resource => 'att', token_column => 'tok');
