@@ -1295,6 +1295,34 @@ sub run_delay_after
 
 =pod
 
+=item run_delay_at(session, t)
+
+run_delay of the session's backend at time t (seconds since the epoch),
+from the samples wait_for_error read: the first one taken at or after t
+while the backend still existed, else the last one taken while it did.
+For a backend that exits right after its error (a termination), whose
+run_delay cannot be read afterwards: read then, it gave 0 whatever the
+backend had waited (TAP 14 on 2026-12-05: "took 111.0 ms, and 0.0 ms
+waiting for a CPU").  A sample a little after t only subtracts a little
+more of what the backend waited after its error was logged.
+
+=cut
+
+sub run_delay_at
+{
+	my ($s, $t) = @_;
+	my $last = 0;
+	for my $sample (@{ $s->{run_delays} // [] })
+	{
+		next unless $sample->[1] > 0 || $sample->[2] > 0;    # gone
+		return $sample->[1] if $sample->[0] >= $t;
+		$last = $sample->[1];
+	}
+	return $last;
+}
+
+=pod
+
 =item time_scale()
 
 The factor by which a test multiplies the timeouts it gives lockfence
