@@ -6,6 +6,7 @@
  * The etcd support is split by responsibility:
  *	etcd_guc.c		configuration parameters
  *	etcd_http.c		libcurl transport: curl multi driven by a WaitEventSet
+ *	etcd_curl_memory.c	libcurl's memory functions, which wipe what is freed
  *	etcd_client.c	one etcd RPC: failover, authentication, error mapping
  *	etcd_json.c		reply parsing (PostgreSQL's JSON parser) and base64
  *	etcd_lease.c	lease RPCs: grant, keepalive, revoke (network calls only)
@@ -119,6 +120,7 @@ extern char *etcd_certfile;
 extern char *etcd_keyfile;
 extern char *etcd_user;
 extern const char *etcd_password(bool quiet);
+extern void etcd_password_forget(void);
 extern uint64 etcd_endpoints_generation;
 extern uint64 etcd_credentials_generation;
 extern void etcd_guc_init(void);
@@ -136,6 +138,9 @@ typedef enum EtcdHttpStatus
 	ETCD_HTTP_TOO_LARGE,		/* reply exceeded ETCD_MAX_REPLY_BYTES */
 	ETCD_HTTP_FAILED			/* any other transport failure */
 } EtcdHttpStatus;
+
+/* etcd_curl_memory.c */
+extern bool etcd_curl_global_init(void);
 
 extern EtcdHttpReq *etcd_http_start(const char *url, const char *body,
 									const char *auth_token,

@@ -43,6 +43,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "error_cleanup.h"
 #include "etcd.h"
 #include "wait_timeout.h"
 
@@ -1167,6 +1168,32 @@ etcd_call_as(const char *what, const char *path, const char *body,
 	call_exhausted(what, path, cut, reply, last_st, last_endpoint, last_err);
 }
 
+/* the authenticate request, for run_with_cleanup: its body is wiped */
+typedef struct AuthCall
+{
+	StringInfoData body;		/* carries the password */
+	bool		quiet;
+	EtcdReply	reply;
+	bool		ok;
+} AuthCall;
+
+static void
+auth_call(void *arg)
+{
+	AuthCall   *a = (AuthCall *) arg;
+
+	a->ok = etcd_call("/v3/auth/authenticate", a->body.data,
+					  etcd_request_timeout_ms, a->quiet, &a->reply);
+}
+
+static void
+auth_wipe_body(void *arg)
+{
+	AuthCall   *a = (AuthCall *) arg;
+
+	explicit_bzero(a->body.data, a->body.len);
+}
+
 /*
  * The auth token to send, fetching it when etcd authentication is
  * configured and none is cached.  NULL when authentication is off (or,
@@ -1175,10 +1202,9 @@ etcd_call_as(const char *what, const char *path, const char *body,
 const char *
 etcd_auth_token(bool quiet)
 {
-	StringInfoData body;
-	EtcdReply	reply;
+	AuthCall	a;
+	EtcdReply  *reply = &a.reply;
 	char	   *token;
-	bool		ok;
 	const char *password;
 
 	/* the credentials changed since the token was fetched: drop it */
@@ -1195,38 +1221,41 @@ etcd_auth_token(bool quiet)
 	if (password == NULL)
 		return NULL;
 
-	initStringInfo(&body);
-	appendStringInfoString(&body, "{\"name\":");
-	escape_json(&body, etcd_user);
-	appendStringInfoString(&body, ",\"password\":");
-	escape_json(&body, password);
-	appendStringInfoChar(&body, '}');
+	initStringInfo(&a.body);
+	appendStringInfoString(&a.body, "{\"name\":");
+	escape_json(&a.body, etcd_user);
+	appendStringInfoString(&a.body, ",\"password\":");
+	escape_json(&a.body, password);
+	etcd_password_forget();
+	appendStringInfoChar(&a.body, '}');
 
-	ok = etcd_call("/v3/auth/authenticate", body.data,
-				   etcd_request_timeout_ms, quiet, &reply);
-	explicit_bzero(body.data, body.len);
-	pfree(body.data);
+	/* wiped whatever happens: an error leaves the memory to be reused */
+	a.quiet = quiet;
+	a.ok = false;
+	lockfence_run_with_cleanup(auth_call, auth_wipe_body, &a);
+	auth_wipe_body(&a);
+	pfree(a.body.data);
 
-	if (!ok)
+	if (!a.ok)
 	{
 		if (quiet)
 			return NULL;
-		if (reply.grpc_code == GRPC_INVALID_ARGUMENT ||
-			reply.grpc_code == GRPC_FAILED_PRECONDITION ||
-			reply.grpc_code == GRPC_UNAUTHENTICATED ||
-			reply.grpc_code == GRPC_PERMISSION_DENIED ||
-			reply.grpc_code == GRPC_NOT_FOUND)
+		if (reply->grpc_code == GRPC_INVALID_ARGUMENT ||
+			reply->grpc_code == GRPC_FAILED_PRECONDITION ||
+			reply->grpc_code == GRPC_UNAUTHENTICATED ||
+			reply->grpc_code == GRPC_PERMISSION_DENIED ||
+			reply->grpc_code == GRPC_NOT_FOUND)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PASSWORD),
 					 errmsg("etcd authentication failed for user \"%s\"",
 							etcd_user),
 					 errdetail("etcd answered: %s",
-							   reply.error_text ? reply.error_text : "no message"),
+							   reply->error_text ? reply->error_text : "no message"),
 					 errhint("Check lockfence.etcd_user and lockfence.etcd_password.")));
-		etcd_report_reply_error("authentication", &reply);
+		etcd_report_reply_error("authentication", reply);
 	}
 
-	(void) etcd_json_get_string(&reply.json->root, "token", &token);
+	(void) etcd_json_get_string(&reply->json->root, "token", &token);
 	if (token == NULL || token[0] == '\0' || strpbrk(token, "\r\n") != NULL)
 	{
 		if (quiet)

@@ -518,3 +518,13 @@ etcd_password(bool quiet)
 		report_password_file(result, err, etcd_password_file);
 	return NULL;
 }
+
+/*
+ * Wipe the password read from the file once the caller has copied it into
+ * its request, rather than keep it until the next read.
+ */
+void
+etcd_password_forget(void)
+{
+	explicit_bzero(password_file_buf, sizeof(password_file_buf));
+}

@@ -299,7 +299,7 @@ ensure_multi(void)
 
 	if (!global_done)
 	{
-		if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		if (!etcd_curl_global_init())
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("could not initialize libcurl")));
@@ -339,6 +339,9 @@ free_req(EtcdHttpReq *req)
 	}
 	if (req->headers)
 		curl_slist_free_all(req->headers);
+	/* an authenticate request's body carries the password */
+	if (req->body)
+		explicit_bzero(req->body, strlen(req->body));
 	free(req->body);
 	free(req->resp);
 	free(req);

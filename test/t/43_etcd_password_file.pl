@@ -272,6 +272,65 @@ $p2->quit;
 $r = try_sql($s, 'ALTER ROLE plain RESET lockfence.etcd_password');
 ok($r->{ok}, 'ALTER ROLE ... RESET removes a stored password') or diag explain $r;
 
+# --- no copy of the password stays in the backend's memory ----------------
+# lockfence wipes its copies (the file's buffer once the request is built,
+# the request body, the HTTP layer's copy) also when the request fails: a
+# session whose endpoint does not answer (nothing listens), and one that
+# authenticated.  Read through /proc/PID/mem (the test runs as the
+# server's user); the session's application_name, found there, shows that
+# the read sees the backend's memory.
+
+# How many private mappings of process pid hold needle.
+sub mappings_holding
+{
+	my ($pid, $needle) = @_;
+	no warnings 'portable';    # 64-bit addresses
+	open(my $maps, '<', "/proc/$pid/maps") or die "maps of $pid: $!";
+	open(my $mem, '<:raw', "/proc/$pid/mem") or die "memory of $pid: $!";
+	my $found = 0;
+	while (my $line = <$maps>)
+	{
+		my ($from, $to, $perms, $path) =
+		  $line =~ /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/
+		  or next;
+		# private and readable; not the kernel's pages, nor read-only
+		# files (code and constants)
+		next unless $perms =~ /^r..p/;
+		next if $path =~ /^\[(vvar|vsyscall|vdso)\]/;
+		next if $path =~ m{^/} && $perms !~ /w/;
+		sysseek($mem, hex($from), 0) or next;
+		my $buf;
+		next unless sysread($mem, $buf, hex($to) - hex($from));
+		$found++ if index($buf, $needle) >= 0;
+	}
+	return $found;
+}
+
+my $closed = 'http://127.0.0.1:' . LockfenceTest::EtcdCluster::free_port();
+for my $case ([ 'failed authentication', $closed ], [ 'authentication', undef ])
+{
+	my ($what, $endpoint) = @$case;
+	my $m = LockfenceTest::EtcdCluster::session($node);
+	my $marker = 'lfmem-' . int(rand(1e9));
+	$m->query_safe("SET application_name = '$marker'");
+	$m->query_safe("SET lockfence.etcd_endpoints = '$endpoint'") if $endpoint;
+	$r = cycle($m, 'mem1');
+	if ($endpoint)
+	{
+		is($r->{sqlstate}, '08001', "$what: the call fails (nothing listens)")
+		  or diag explain $r;
+	}
+	else
+	{
+		is($r->{out}, 't', "$what: the lock is taken and released") or diag explain $r;
+	}
+	cmp_ok(mappings_holding($m->{pid}, $marker), '>', 0,
+		"$what: the backend's memory is read (its application_name is found)");
+	is(mappings_holding($m->{pid}, $pw2), 0,
+		"$what: no copy of the password is left in the backend's memory");
+	$m->quit;
+}
+
 # --- the password never reaches the client or the log ---------------------
 
 $_->quit for ($s, $p, $s2, $s3);
