@@ -436,7 +436,7 @@ BEGIN
                         s.partition_schema, s.partition_name
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
                LATERAL lockfence.alter_table_actions(c.command) AS s
-         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE')
+         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE')
          ORDER BY s.relid, s.action, s.partition_name
     LOOP
         IF a.action = 'detach partition' THEN
@@ -663,11 +663,12 @@ END
 $$;
 
 -- CREATE SCHEMA reports the tables and triggers it creates as commands of
--- their own; ALTER FOREIGN TABLE can INHERIT a protected table.
+-- their own; ALTER FOREIGN TABLE can INHERIT a protected table; ALTER TYPE
+-- ... ALTER ATTRIBUTE ... CASCADE changes the columns of typed tables.
 CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
                  'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
-                 'CREATE SCHEMA')
+                 'CREATE SCHEMA', 'ALTER TYPE')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
 -- Protect a table: the row trigger and the TRUNCATE trigger (which lets a

@@ -231,6 +231,18 @@ ALTER TABLE art ALTER COLUMN tenant TYPE varchar;
 \echo :LAST_ERROR_SQLSTATE
 ALTER TABLE art ALTER COLUMN v TYPE bigint;
 SELECT length(tenant), v FROM art;
+-- and through the composite type of a typed table
+CREATE TYPE art_row AS (tenant text, v int);
+CREATE TABLE artt OF art_row;
+SELECT lockfence.protect('artt', resource_column => 'tenant');
+BEGIN;
+SELECT lockfence.fence(repeat('b', 70), 1);
+INSERT INTO artt VALUES (repeat('b', 70), 1);
+COMMIT;
+ALTER TYPE art_row ALTER ATTRIBUTE tenant TYPE name CASCADE;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE art_row ALTER ATTRIBUTE v TYPE bigint CASCADE;
+SELECT length(tenant), pg_typeof(tenant), pg_typeof(v) FROM artt;
 -- a type the trigger cannot use is refused at the ALTER
 CREATE TABLE att (id int, tok bigint);
 SELECT lockfence.protect('att', resource => 'att', token_column => 'tok');
@@ -302,7 +314,8 @@ DROP TABLE tp, tx;
 
 -- leave the database as the next test expects it
 DROP TABLE rst, gres, ptu, weird, ptu4, idt, idt2, dft, late, lp, ap, ap1, rp, dp, dp1, dp2,
-    dq, dq1, at, art, att, cht, chd;
+    dq, dq1, at, art, artt, att, cht, chd;
+DROP TYPE art_row;
 DROP DOMAIN code8;
 DROP FUNCTION noop();
 DROP EXTENSION lockfence;
