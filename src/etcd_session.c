@@ -80,8 +80,12 @@ typedef struct SessionLease
 	int64		lease;
 	int			ttl;			/* TTL asked for (the session's key) */
 	bool		current;		/* new locks with this TTL go on it */
-	bool		given_up;		/* a key of ours may be left on it that we
-								 * no longer track: never renewed again */
+	bool		given_up;		/* keys of ours may be left on it that we
+								 * no longer track: renewed only once they
+								 * are deleted (give_up_key) */
+	char	  **left_keys;		/* those keys (TopMemoryContext) */
+	int			n_left_keys;
+	bool		left_unknown;	/* one could not be noted: never renewed */
 	TimestampTz renewed_at;		/* sent its grant or last keepalive */
 } SessionLease;
 
@@ -127,7 +131,9 @@ static char lost_key[256];
 static TimestampTz exit_cleanup_started = 0;
 
 static void etcd_session_exit(int code, Datum arg);
+static bool delete_left_keys(int64 lease);
 static void refuse_given_up_renewal(int64 lease);
+static void mark_lost(HeldLock *l);
 static void fault_point(const char *point);
 static void etcd_session_xact(XactEvent event, void *arg);
 static void etcd_session_subxact(SubXactEvent event, SubTransactionId mySubid,
@@ -227,6 +233,9 @@ etcd_session_track(int64 lease, int ttl, TimestampTz asked_at)
 	leases[n_leases].ttl = ttl;
 	leases[n_leases].current = ttl > 0;
 	leases[n_leases].given_up = false;
+	leases[n_leases].left_keys = NULL;
+	leases[n_leases].n_left_keys = 0;
+	leases[n_leases].left_unknown = false;
 	/* etcd counts the TTL from before its reply: from the request, here */
 	leases[n_leases].renewed_at = asked_at;
 	n_leases++;
@@ -352,7 +361,8 @@ etcd_session_revoke_after_error(int64 lease)
 /*
  * Renew a lease once (etcd_lease_keepalive) and, when it succeeded, note
  * the renewal if the lease is ours.  A lease of ours that was given up is
- * not renewed: see refuse_given_up_renewal.
+ * renewed only once the keys we left on it are deleted; else see
+ * refuse_given_up_renewal.
  */
 bool
 etcd_session_keepalive(int64 lease, int64 *ttl)
@@ -360,7 +370,7 @@ etcd_session_keepalive(int64 lease, int64 *ttl)
 	SessionLease *l = find_lease(lease);
 	TimestampTz sent_at;
 
-	if (l != NULL && l->given_up)
+	if (l != NULL && l->given_up && !delete_left_keys(lease))
 		refuse_given_up_renewal(lease);
 	if (!etcd_lease_keepalive(lease, ttl, &sent_at))
 		return false;
@@ -410,42 +420,131 @@ etcd_session_renewal_due(int64 lease)
 }
 
 /*
- * Give up a lease carrying a key of ours that could not be deleted (the
- * member stopped answering, the cleanup's time ran out, or the release
- * raised) and that we no longer track: the next lock of its TTL gets a
- * new lease, and the lease is never renewed again, since the forgotten
- * key would live on with it and stay ahead of every later waiter for its
- * name.
+ * A key of ours on lease could not be deleted (the member stopped
+ * answering, the cleanup's time ran out, or the release raised) and we
+ * forget it: the next lock of its TTL gets a new lease, and the lease is
+ * renewed only once the key is deleted (delete_left_keys), since the key
+ * would live on with it, ahead of every later waiter for its name.  key
+ * may be NULL (no key was queued).  Runs in error cleanup: allocates
+ * without raising, and a key it cannot note keeps the lease from being
+ * renewed at all.
  */
 static void
-etcd_session_retire(int64 lease)
+give_up_key(int64 lease, const char *key)
 {
 	SessionLease *l = find_lease(lease);
+	char	  **keys;
+	char	   *copy;
 
-	if (l != NULL)
+	if (l == NULL)
+		return;
+	l->current = false;
+	l->given_up = true;
+	if (key == NULL)
+		return;
+	copy = MemoryContextAllocExtended(TopMemoryContext, strlen(key) + 1,
+									  MCXT_ALLOC_NO_OOM);
+	keys = MemoryContextAllocExtended(TopMemoryContext,
+									  sizeof(char *) * (l->n_left_keys + 1),
+									  MCXT_ALLOC_NO_OOM);
+	if (copy == NULL || keys == NULL)
 	{
-		l->current = false;
-		l->given_up = true;
+		l->left_unknown = true;
+		if (copy)
+			pfree(copy);
+		if (keys)
+			pfree(keys);
+		return;
 	}
+	strcpy(copy, key);
+	if (l->n_left_keys > 0)
+	{
+		memcpy(keys, l->left_keys, sizeof(char *) * l->n_left_keys);
+		pfree(l->left_keys);
+	}
+	keys[l->n_left_keys++] = copy;
+	l->left_keys = keys;
+}
+
+/* Forget the keys noted on a lease. */
+static void
+free_left_keys(SessionLease *l)
+{
+	int			i;
+
+	for (i = 0; i < l->n_left_keys; i++)
+		pfree(l->left_keys[i]);
+	if (l->left_keys)
+		pfree(l->left_keys);
+	l->left_keys = NULL;
+	l->n_left_keys = 0;
 }
 
 /*
- * A renewal of a lease we gave up (etcd_session_retire): revoke it now if
- * etcd answers in time (else it expires with its TTL), and report its
- * locks lost (LF003), also when none of ours is left on it.  Fail closed:
- * the session's other locks on the lease go with the forgotten key.
+ * Before a given-up lease is renewed: delete (lease compared, quietly) the
+ * keys we left on it.  True when etcd answered for each, deleted or
+ * already gone: the lease may be renewed again (it still takes no new
+ * lock).  False if a key stays, or one could not be noted.
+ */
+static bool
+delete_left_keys(int64 lease)
+{
+	SessionLease *l = find_lease(lease);
+	bool		deleted;
+
+	if (l->left_unknown)
+		return false;
+	while (l->n_left_keys > 0)
+	{
+		char	   *key = l->left_keys[l->n_left_keys - 1];
+
+		if (!etcd_lease_delete_key(lease, key, etcd_request_timeout_ms, true,
+								   &deleted))
+			return false;
+		l = find_lease(lease);	/* (the array is ours alone; to be sure) */
+		pfree(key);
+		l->n_left_keys--;
+	}
+	free_left_keys(l);
+	l->given_up = false;
+	return true;
+}
+
+/*
+ * A renewal of a lease we gave up whose left keys could not be deleted:
+ * its locks are reported lost (LF003), and their keys join those left on
+ * it, so that a later renewal deletes them too; it is revoked now if etcd
+ * answers in time, else at exit or by its TTL.  It stays listed, given up,
+ * until revoked.  Fail closed: the session's other locks on the lease go
+ * with the forgotten key.
  */
 static void
 refuse_given_up_renewal(int64 lease)
 {
-	etcd_session_lease_lost(lease,
-							"was given up: a lock request of this session on it could not be withdrawn",
-							true);
+	char	   *lost = lock_list(lease);
+	int			i;
+
+	for (i = n_locks - 1; i >= 0; i--)
+	{
+		if (locks[i].lease != lease)
+			continue;
+		give_up_key(lease, locks[i].key);
+		mark_lost(&locks[i]);
+		forget_lock(i);
+	}
+	(void) etcd_session_revoke(lease, ETCD_CLEANUP_MS, true);
+	if (lost[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+				 errmsg("etcd locks of this session were lost: %s", lost),
+				 errdetail("Their lease " INT64_FORMAT " was given up: a key of this session left on it could not be deleted.",
+						   lease),
+				 errhint("Acquire the locks again; writes fenced with their tokens are refused once a successor fences.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
 			 errmsg("etcd lease " INT64_FORMAT " was given up by this session",
 					lease),
-			 errdetail("A lock request of this session on it could not be withdrawn, so the lease is no longer renewed; it is revoked, or expires with its TTL."),
+			 errdetail("A key of this session left on it could not be deleted, so the lease is not renewed; it is revoked, or expires with its TTL."),
 			 errhint("Acquire the locks again.")));
 }
 
@@ -689,7 +788,7 @@ etcd_session_give_up(int64 lease, const char *key)
 		mark_lost(l);
 		forget_lock(l - locks);
 	}
-	etcd_session_retire(lease);
+	give_up_key(lease, key);
 }
 
 /*
@@ -775,7 +874,7 @@ release_at_end(bool pending, bool xact, bool all, SubTransactionId subid,
 		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
 		if (left <= 0)
 		{
-			etcd_session_retire(locks[i].lease);
+			give_up_key(locks[i].lease, key);
 			forget_lock(i);
 			continue;
 		}
@@ -881,8 +980,9 @@ typedef struct ReleaseArgs
 /*
  * After an error escaped a release: forget the locks it was to release
  * (what release_at_end did not get to), and stop using their leases, which
- * are revoked at exit or expire with their TTL.  No allocation, no
- * request: cannot raise.
+ * are revoked at exit or expire with their TTL, and renewed only once the
+ * keys are deleted (give_up_key).  No request, and no allocation that can
+ * fail: cannot raise.
  */
 static void
 abandon_release(const ReleaseArgs *a)
@@ -894,7 +994,7 @@ abandon_release(const ReleaseArgs *a)
 		if (!((a->pending && locks[i].pending) || (a->xact && locks[i].xact)) ||
 			(!a->all && locks[i].subid < a->subid))
 			continue;
-		etcd_session_retire(locks[i].lease);
+		give_up_key(locks[i].lease, locks[i].key);
 		pfree(locks[i].key);
 		locks[i] = locks[--n_locks];
 	}
@@ -1086,6 +1186,7 @@ etcd_session_untrack(int64 lease)
 	{
 		if (leases[i].lease == lease)
 		{
+			free_left_keys(&leases[i]);
 			leases[i] = leases[--n_leases];
 			return;
 		}

@@ -1,20 +1,24 @@
 
 # 69_etcd_given_up_lease.pl
 #	  A lease carrying a key that this session could not delete, and no
-#	  longer tracks, is never renewed: renewing it would keep that key in
-#	  etcd, ahead of every later waiter for its name, for as long as the
-#	  session renews the lease for its other locks.  Two ways to leave such
-#	  a key on the session lease, each with another lock of the session on
-#	  the same lease:
+#	  longer tracks, is renewed only once that key is deleted: renewing it
+#	  with the key would keep the key in etcd, ahead of every later waiter
+#	  for its name, for as long as the session renews the lease for its
+#	  other locks.  Two ways to leave such a key on the session lease, each
+#	  with another lock of the session on the same lease:
 #	  - a transaction-scoped lock whose release at COMMIT raised (server
 #	    started with LOCKFENCE_FAULT_INJECTION=commit_release);
 #	  - a waiting etcd_lock that fails while etcd does not answer its
 #	    requests, nor the cleanup (test/fault_http_server.py holds every key
 #	    transaction and lease revoke without a reply).
-#	  Each time etcd_keepalive of that lease reports the session's locks on
-#	  it lost (LF003) and revokes it, the forgotten key goes with it, and
-#	  another session gets its name at once (its TTL is 30 s).  A lock taken
-#	  afterwards goes on a new lease, which renews.
+#	  Once etcd answers, etcd_keepalive of that lease deletes the key first
+#	  and renews the lease: the session's other lock lives on, and another
+#	  session gets the key's name at once (its TTL is 30 s).  While etcd
+#	  still does not answer the deletion, the keepalive reports the
+#	  session's locks on the lease lost (LF003) rather than renew it, and a
+#	  later keepalive, once etcd answers, deletes their keys too before it
+#	  renews: no key of the session is left.  A lock taken afterwards goes
+#	  on a new lease.
 
 use strict;
 use warnings;
@@ -49,34 +53,40 @@ sub lock_row
 	return split /\|/, $r->{out};
 }
 
-# After a key of lease $lease was given up by session $s: the lease is not
-# renewed; its locks ($held, the key $left) are gone; $name is free.
-sub check_not_renewed
+# Another session takes $name within 3 s (its holder's key is gone).
+sub taken_at_once
+{
+	my ($label, $node, $name) = @_;
+	my $o = LockfenceTest::EtcdCluster::session($node);
+	my $t0 = time;
+	my $got = LockfenceTest::EtcdCluster::sql_try($o,
+		"SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('$name', 30, wait_timeout => '5s')");
+	ok($got->{ok} && time - $t0 < 3, "$label: another session gets \"$name\" at once")
+	  or diag explain $got;
+	$o->quit;
+	return;
+}
+
+# After session $s left the key $left of name $name on lease $lease, which
+# also carries its lock $held: once etcd answers, a keepalive deletes the
+# left key and renews the lease.
+sub check_renewed_after_delete
 {
 	my ($label, $node, $s, $lease, $held, $left, $name) = @_;
 	ok(defined $etcd->key_info($left),
 		"$label: the key that could not be deleted is still in etcd");
 	my $r = LockfenceTest::EtcdCluster::sql_try($s,
 		"SELECT lockfence.etcd_keepalive($lease)");
-	is($r->{sqlstate}, 'LF003', "$label: etcd_keepalive of its lease is refused (LF003)")
+	like($r->{out}, qr/^\d+$/, "$label: etcd_keepalive renews the lease")
 	  or diag explain $r;
-	like($r->{message} // '', qr/etcd locks of this session were lost: "\Q$held\E"/,
-		"$label: ... naming the session's other lock on that lease");
-	ok(gone($left), "$label: the lease is revoked: the forgotten key is gone");
-	ok(gone($held), "$label: ... and so is the other lock's key");
-	my $o = LockfenceTest::EtcdCluster::session($node);
-	my $t0 = time;
-	my $got = LockfenceTest::EtcdCluster::sql_try($o,
-		"SELECT key FROM lockfence.etcd_lock('$name', 30, wait_timeout => '5s')");
-	ok($got->{ok} && time - $t0 < 3, "$label: another session gets \"$name\" at once")
-	  or diag explain $got;
-	$o->quit;
+	ok(!defined $etcd->key_info($left), "$label: ... once it deleted the key left on it");
+	ok(defined $etcd->key_info($held), "$label: the session's other lock on the lease lives on");
+	taken_at_once($label, $node, $name);
 	my ($nkey, $nlease) = lock_row($s,
 		"SELECT key, lease FROM lockfence.etcd_lock('${name}_after', 30)");
 	isnt($nlease, $lease, "$label: the next lock goes on a new lease");
-	like((lock_row($s, "SELECT lockfence.etcd_keepalive($nlease)"))[0], qr/^\d+$/,
-		"$label: ... which renews");
 	lock_row($s, "SELECT lockfence.etcd_unlock('$nkey')");
+	lock_row($s, "SELECT lockfence.etcd_unlock('$held')");
 	return;
 }
 
@@ -98,7 +108,7 @@ my $r = LockfenceTest::EtcdCluster::sql_try($s, 'COMMIT');
 ok($r->{ok}, 'release raised: COMMIT succeeds') or diag explain $r;
 like($r->{stderr}, qr/WARNING:.*lockfence fault injected at commit_release/,
 	'release raised: ... with its WARNING');
-check_not_renewed('release raised', $inj, $s, $alease, $akey, $bkey, 'gb');
+check_renewed_after_delete('release raised', $inj, $s, $alease, $akey, $bkey, 'gb');
 $s->quit;
 $inj->stop;
 
@@ -132,9 +142,44 @@ ok(($fault->hits->{faults} // 0) > 0, 'stopped wait: its cleanup got no answer')
 $fault->clear;
 $holder->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
 ok(!defined $etcd->key_info($hkey), 'stopped wait: the holder released "wb"');
-check_not_renewed('stopped wait', $node, $s, $alease, $akey, $wkey, 'wb');
-
+check_renewed_after_delete('stopped wait', $node, $s, $alease, $akey, $wkey, 'wb');
 $s->quit;
+
+# --- a keepalive while etcd still does not answer the deletion ------------------------
+$s = LockfenceTest::EtcdCluster::session($node);
+($hkey) = lock_row($holder, "SELECT key, lease FROM lockfence.etcd_lock('xb', 30)");
+($akey, $alease) = lock_row($s, "SELECT key, lease FROM lockfence.etcd_lock('xa', 30)");
+LockfenceTest::EtcdCluster::send_query($s,
+	"SELECT key FROM lockfence.etcd_lock('xb', 30, wait_timeout => '4s');");
+ok(LockfenceTest::EtcdCluster::poll_until(10,
+		sub { @q = $etcd->keys('xb/'); @q == 2 }),
+	'still no answer: the waiter\'s key is queued');
+($wkey) = grep { $_ ne $hkey } @q;
+$fault->set(path => $_, mode => 'hang') for ('/v3/kv/txn', '/v3/lease/revoke');
+($out, $err) = LockfenceTest::EtcdCluster::wait_result($s, 20);
+like($err, qr/ERROR:\s+(55P03|08006)/, 'still no answer: the call fails') or diag $err;
+my $r2 = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($alease)");
+is($r2->{sqlstate}, 'LF003', 'still no answer: etcd_keepalive refuses to renew (LF003)')
+  or diag explain $r2;
+like($r2->{message} // '', qr/etcd locks of this session were lost: "\Q$akey\E"/,
+	'still no answer: ... naming the session\'s other lock on the lease');
+ok(defined $etcd->key_info($wkey) && defined $etcd->key_info($akey),
+	'still no answer: both keys are still in etcd (neither deleted nor revoked)');
+$fault->clear;
+$r2 = LockfenceTest::EtcdCluster::sql_try($s, "SELECT lockfence.etcd_keepalive($alease)");
+like($r2->{out}, qr/^\d+$/, 'answered again: the next keepalive renews the lease')
+  or diag explain $r2;
+ok(!defined $etcd->key_info($wkey) && !defined $etcd->key_info($akey),
+	'answered again: ... once it deleted both keys (the lost lock\'s too)');
+$holder->query_safe("SELECT lockfence.etcd_unlock('$hkey')");
+taken_at_once('answered again', $node, 'xb');
+taken_at_once('answered again', $node, 'xa');
+my $spid = $s->{pid};
+$s->quit;
+ok(LockfenceTest::EtcdCluster::poll_until(10,
+		sub { my $hex = sprintf('%x', $alease); !grep { $_ eq $hex } $etcd->leases }),
+	'the session revoked the lease at exit');
+
 $holder->quit;
 $node->stop;
 $fault->stop;
