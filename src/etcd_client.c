@@ -1168,9 +1168,13 @@ etcd_call_as(const char *what, const char *path, const char *body,
 	call_exhausted(what, path, cut, reply, last_st, last_endpoint, last_err);
 }
 
-/* the authenticate request, for run_with_cleanup: its body is wiped */
+/*
+ * The authenticate request, for run_with_cleanup: the body and the
+ * password it was built from are wiped however the call ends.
+ */
 typedef struct AuthCall
 {
+	const char *password;
 	StringInfoData body;		/* carries the password */
 	bool		quiet;
 	EtcdReply	reply;
@@ -1182,16 +1186,29 @@ auth_call(void *arg)
 {
 	AuthCall   *a = (AuthCall *) arg;
 
+	/*
+	 * Room for the worst case first (escape_json writes at most 6 bytes
+	 * per byte): growing the buffer would leave a copy behind in the old one.
+	 */
+	enlargeStringInfo(&a->body,
+					  6 * (strlen(etcd_user) + strlen(a->password)) + 32);
+	appendStringInfoString(&a->body, "{\"name\":");
+	escape_json(&a->body, etcd_user);
+	appendStringInfoString(&a->body, ",\"password\":");
+	escape_json(&a->body, a->password);
+	appendStringInfoChar(&a->body, '}');
+	etcd_password_forget();
 	a->ok = etcd_call("/v3/auth/authenticate", a->body.data,
 					  etcd_request_timeout_ms, a->quiet, &a->reply);
 }
 
 static void
-auth_wipe_body(void *arg)
+auth_wipe(void *arg)
 {
 	AuthCall   *a = (AuthCall *) arg;
 
-	explicit_bzero(a->body.data, a->body.len);
+	etcd_password_forget();
+	explicit_bzero(a->body.data, a->body.maxlen);
 }
 
 /*
@@ -1221,19 +1238,13 @@ etcd_auth_token(bool quiet)
 	if (password == NULL)
 		return NULL;
 
-	initStringInfo(&a.body);
-	appendStringInfoString(&a.body, "{\"name\":");
-	escape_json(&a.body, etcd_user);
-	appendStringInfoString(&a.body, ",\"password\":");
-	escape_json(&a.body, password);
-	etcd_password_forget();
-	appendStringInfoChar(&a.body, '}');
-
 	/* wiped whatever happens: an error leaves the memory to be reused */
+	a.password = password;
+	initStringInfo(&a.body);
 	a.quiet = quiet;
 	a.ok = false;
-	lockfence_run_with_cleanup(auth_call, auth_wipe_body, &a);
-	auth_wipe_body(&a);
+	lockfence_run_with_cleanup(auth_call, auth_wipe, &a);
+	auth_wipe(&a);
 	pfree(a.body.data);
 
 	if (!a.ok)

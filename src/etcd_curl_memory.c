@@ -38,6 +38,12 @@
 StaticAssertDecl(sizeof(size_t) <= CURL_BLOCK_HEADER,
 				 "the block header must hold a size_t");
 
+/*
+ * Blocks handed out, for etcd_curl_global_init's probe only (read before
+ * any other thread of libcurl's runs).
+ */
+static uint64 blocks_allocated = 0;
+
 static void *
 block_alloc(size_t size, bool zero)
 {
@@ -50,6 +56,7 @@ block_alloc(size_t size, bool zero)
 	if (block == NULL)
 		return NULL;
 	memcpy(block, &size, sizeof(size_t));
+	blocks_allocated++;
 	return block + CURL_BLOCK_HEADER;
 }
 
@@ -114,12 +121,27 @@ wiping_calloc(size_t nmemb, size_t size)
 
 /*
  * curl_global_init() with the functions above; false if it failed.
- * Called once per backend, before any other libcurl call (etcd_http.c).
+ * Called once per backend, before lockfence's other libcurl calls
+ * (etcd_http.c).  If another component of the backend (another extension,
+ * libpq's OAuth support) initialized libcurl first, libcurl keeps the
+ * functions it has, and nothing is wiped: a probe allocation tells, and
+ * a WARNING says so once.
  */
 bool
 etcd_curl_global_init(void)
 {
-	return curl_global_init_mem(CURL_GLOBAL_ALL, wiping_malloc, wiping_free,
-								wiping_realloc, wiping_strdup,
-								wiping_calloc) == CURLE_OK;
+	uint64		before = blocks_allocated;
+	struct curl_slist *probe;
+
+	if (curl_global_init_mem(CURL_GLOBAL_ALL, wiping_malloc, wiping_free,
+							 wiping_realloc, wiping_strdup,
+							 wiping_calloc) != CURLE_OK)
+		return false;
+	probe = curl_slist_append(NULL, "probe");
+	if (probe != NULL && blocks_allocated == before)
+		ereport(WARNING,
+				(errmsg("lockfence cannot wipe libcurl's freed buffers in this backend"),
+				 errdetail("Another component of this backend initialized libcurl before lockfence did; libcurl's request buffers, which carry the etcd password and token, are freed without being wiped.")));
+	curl_slist_free_all(probe);
+	return true;
 }

@@ -280,13 +280,15 @@ ok($r->{ok}, 'ALTER ROLE ... RESET removes a stored password') or diag explain $
 # server's user); the session's application_name, found there, shows that
 # the read sees the backend's memory.
 
-# How many private mappings of process pid hold needle.
+# How many private mappings of process pid hold needle; undef when the
+# kernel does not let the test read the process's memory (Yama's
+# ptrace_scope, a locked-down container).
 sub mappings_holding
 {
 	my ($pid, $needle) = @_;
 	no warnings 'portable';    # 64-bit addresses
-	open(my $maps, '<', "/proc/$pid/maps") or die "maps of $pid: $!";
-	open(my $mem, '<:raw', "/proc/$pid/mem") or die "memory of $pid: $!";
+	open(my $maps, '<', "/proc/$pid/maps") or return undef;
+	open(my $mem, '<:raw', "/proc/$pid/mem") or return undef;
 	my $found = 0;
 	while (my $line = <$maps>)
 	{
@@ -324,10 +326,16 @@ for my $case ([ 'failed authentication', $closed ], [ 'authentication', undef ])
 	{
 		is($r->{out}, 't', "$what: the lock is taken and released") or diag explain $r;
 	}
-	cmp_ok(mappings_holding($m->{pid}, $marker), '>', 0,
-		"$what: the backend's memory is read (its application_name is found)");
-	is(mappings_holding($m->{pid}, $pw2), 0,
-		"$what: no copy of the password is left in the backend's memory");
+	SKIP:
+	{
+		my $seen = mappings_holding($m->{pid}, $marker);
+		skip "$what: the backend's memory cannot be read here", 2
+		  unless defined $seen;
+		cmp_ok($seen, '>', 0,
+			"$what: the backend's memory is read (its application_name is found)");
+		is(mappings_holding($m->{pid}, $pw2), 0,
+			"$what: no copy of the password is left in the backend's memory");
+	}
 	$m->quit;
 }
 
