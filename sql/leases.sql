@@ -104,6 +104,18 @@ SELECT * FROM lockfence.lease_acquire('x', '-1 year +360 days 12 hours');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM lockfence.lease_try_acquire('x', '-1 year +360 days 12 hours');
 SELECT lockfence.lease_renew('job', 2, '-1 year +360 days 12 hours');
+-- a renewal with the lease's own ttl counts it by the calendar too: one
+-- that gives no later time ('1 month -30 days' granted in December and
+-- renewed in February; here a ttl no date gives a later time for) fails
+-- (22023) and leaves the lease as it was
+SELECT token AS cal_token FROM lockfence.lease_acquire('cal', '1 minute') \gset
+UPDATE lockfence.fences SET lease_ttl = '1 month -31 days' WHERE resource = 'cal';
+SELECT lockfence.lease_renew('cal', :cal_token);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_expires_at > clock_timestamp() AS still_held, lease_ttl
+  FROM lockfence.fences WHERE resource = 'cal';
+SELECT lockfence.lease_renew('cal', :cal_token, '1 minute') > clock_timestamp() AS renewed;
+SELECT lockfence.lease_release('cal', :cal_token);
 -- and at most 100 years (22023, not a timestamp overflow)
 SELECT * FROM lockfence.lease_acquire('x', '1000000 years');
 \echo :LAST_ERROR_SQLSTATE
