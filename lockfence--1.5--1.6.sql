@@ -428,8 +428,11 @@ BEGIN
             ELSIF a.action = 'alter type' THEN
                 -- without USING the rows are rewritten through a cast, which
                 -- can change what it converts (to name truncates at 63
-                -- bytes, inet to text adds the mask): on the resource
-                -- column that renames the rows' resources, unfenced
+                -- bytes, to varchar(n) drops trailing blanks): on the
+                -- resource column that renames the rows' resources,
+                -- unfenced.  To text or varchar without a length, every
+                -- type a resource column may have (fence_trigger_config.c)
+                -- converts as its text form, which names the resource.
                 SELECT att.attname INTO col
                   FROM pg_catalog.pg_trigger AS t, pg_catalog.pg_attribute AS att
                  WHERE t.tgrelid = a.relid
@@ -437,13 +440,16 @@ BEGIN
                    AND att.attrelid = a.relid AND att.attnum = a.attnum
                    AND 'resource_column=' || att.attname
                        = ANY (lockfence.trigger_arguments(t.tgargs))
+                   AND NOT (att.atttypid IN ('pg_catalog.text'::pg_catalog.regtype,
+                                             'pg_catalog.varchar'::pg_catalog.regtype)
+                            AND att.atttypmod = -1)
                  LIMIT 1;
                 IF col IS NOT NULL THEN
                     RAISE EXCEPTION 'cannot run ALTER COLUMN ... TYPE on column "%" of protected table "%"',
                                     col, a.relid::regclass
                         USING ERRCODE = 'feature_not_supported',
-                              DETAIL = 'It names the resource of each row, and the cast that rewrites the rows can change the names without a fence.',
-                              HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+                              DETAIL = 'It names the resource of each row, and the cast that rewrites the rows to this type can change the names without a fence.',
+                              HINT = 'Change it to text or to varchar without a length, which keep every name, or add a new column and fill it with UPDATE, which is fenced row by row.';
                 END IF;
             END IF;
         END IF;

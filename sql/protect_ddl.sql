@@ -220,17 +220,21 @@ ALTER TABLE art ALTER COLUMN tenant TYPE varchar USING 'b';
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 -- without USING too, on the resource column: the cast can change the
--- names (to name truncates them at 63 bytes); other columns may change
+-- names (to name truncates them at 63 bytes, to varchar(n) drops trailing
+-- blanks); to text or varchar without a length it cannot; other columns
+-- may change
 BEGIN;
 SELECT lockfence.fence(repeat('a', 70), 1);
 INSERT INTO art VALUES (repeat('a', 70), 1);
 COMMIT;
 ALTER TABLE art ALTER COLUMN tenant TYPE name;
 \echo :LAST_ERROR_SQLSTATE
-ALTER TABLE art ALTER COLUMN tenant TYPE varchar;
+ALTER TABLE art ALTER COLUMN tenant TYPE varchar(100);
 \echo :LAST_ERROR_SQLSTATE
+ALTER TABLE art ALTER COLUMN tenant TYPE varchar;
+ALTER TABLE art ALTER COLUMN tenant TYPE text;
 ALTER TABLE art ALTER COLUMN v TYPE bigint;
-SELECT length(tenant), v FROM art;
+SELECT length(tenant), pg_typeof(tenant), v FROM art;
 -- and through the composite type of a typed table
 CREATE TYPE art_row AS (tenant text, v int);
 CREATE TABLE artt OF art_row;
