@@ -148,6 +148,19 @@ BEGIN READ ONLY;
 SELECT lockfence.lease_release('job', 2);
 ROLLBACK;
 
+-- reset() of a name whose lease is held is refused (55006): the next
+-- grant would start from the floor and could give the same token to
+-- another holder; once released, the name can be reset
+SELECT token AS rs_token FROM lockfence.lease_acquire('rs', '1 minute') \gset
+\set VERBOSITY terse
+SELECT lockfence.reset('rs');
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM lockfence.fences WHERE resource = 'rs';
+SELECT lockfence.lease_release('rs', :rs_token);
+SELECT lockfence.reset('rs');
+SELECT count(*) FROM lockfence.fences WHERE resource = 'rs';
+
 -- a rolled back grant leaves nothing
 BEGIN;
 SELECT token FROM lockfence.lease_acquire('rolled', '1 minute');

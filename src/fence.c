@@ -27,7 +27,6 @@
 
 #include "failover_guard.h"
 #include "fence_lock.h"
-#include "lease.h"
 #include "lockfence.h"
 #include "metrics.h"
 
@@ -272,8 +271,5 @@ lockfence_reset(PG_FUNCTION_ARGS)
 
 	found = fence_store_delete(resource);
 	fence_cache_forget(resource);
-	/* a lease the row carried ends with it: its waiters look again */
-	if (found)
-		lease_wait_announce_at_commit(resource);
 	PG_RETURN_BOOL(found);
 }

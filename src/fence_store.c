@@ -107,10 +107,10 @@ static const char *const fence_statement_sql[FENCE_NUM_STATEMENTS] = {
 	" ON CONFLICT (resource) DO NOTHING"
 	" RETURNING token",
 
-	/* FENCE_DELETE */
+	/* FENCE_DELETE: returns the row as FENCE_READ reads it */
 	"DELETE FROM lockfence.fences"
 	" WHERE resource OPERATOR(pg_catalog.=) $1"
-	" RETURNING token",
+	" RETURNING token, holder, %s",
 };
 
 /* Saved plans, without [0] and with [1] the lease columns. */
@@ -127,6 +127,7 @@ fence_statement_text(FenceStatement stmt)
 	switch (stmt)
 	{
 		case FENCE_READ:
+		case FENCE_DELETE:
 			return psprintf(fence_statement_sql[stmt], FENCE_LEASE_COLUMN(l));
 		case FENCE_RAISE:
 		case FENCE_RAISE_WAIT:
@@ -507,17 +508,32 @@ fence_store_current(const char *resource, int64 *token)
 
 /*
  * Delete the fence row of resource.  Returns false if there was none.
+ *
+ * Not while the row carries a lease that has not ended: the next grant
+ * would start again from the floor and could hand its holder's token to
+ * another, both then fencing with it (and the old holder's renewals
+ * renewing the new lease).  The error rolls the deletion back.
  */
 bool
 fence_store_delete(const char *resource)
 {
 	FenceStoreState state;
+	FenceRow	row;
 	bool		found;
 
 	/* After every transaction that fenced the resource: a write. */
 	(void) fence_lock_acquire(resource, ExclusiveLock, true);
 	fence_store_enter(&state);
 	found = fence_execute(FENCE_DELETE, resource, 0, NULL) == 1;
+	if (found)
+		fence_fetch_row(&row);
 	fence_store_leave(&state);
+	if (found && row.leased && row.lease_expires_at > GetCurrentTimestamp())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("cannot reset resource \"%s\" while its lease is held", resource),
+				 errdetail("The lease of token " INT64_FORMAT " is held until %s; a grant after the reset would start again from the floor and could give that token to another holder.",
+						   row.token, timestamptz_to_str(row.lease_expires_at)),
+				 errhint("Release the lease, wait until it expires, or end it with lockfence.raise_floor(), which keeps its tokens increasing.")));
 	return found;
 }

@@ -128,39 +128,6 @@ for my $try (1 .. 3)
 	$fwaiter->quit;
 }
 
-# --- a reset wakes the waiter ------------------------------------------------
-# lockfence.reset() deletes the fence row, and the lease on it with it: a
-# waiter must look again when it commits, as after a release.  Measured as
-# for the floor above: each of 3 tries within 300 ms of the reset's commit.
-
-for my $try (1 .. 3)
-{
-	my $name = "rwake$try";
-	my $rholder = S();
-	is($rholder->query_safe(
-		"SELECT token FROM lockfence.lease_acquire('$name', '1 min', 'h')"),
-		'1', "reset $try: first grant, token 1");
-	my $rwaiter = S();
-	LockfenceTest::EtcdCluster::send_query($rwaiter,
-		"SELECT token, extract(epoch FROM clock_timestamp()) FROM lockfence.lease_acquire('$name', '1 min', 'w');");
-	ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($rwaiter->{pid}) }),
-		"reset $try: the waiter waits");
-	my $rrd = LockfenceTest::EtcdCluster::run_delay($rwaiter->{pid});
-	my $reset_xid = $rholder->query_safe(
-		"SELECT pg_current_xact_id() FROM lockfence.reset('$name')");
-	my ($rout) = LockfenceTest::EtcdCluster::wait_result($rwaiter, 50);
-	my ($rt, $rgranted_at) = split /\|/, $rout;
-	is($rt, '1', "reset $try: the waiter is granted the name's first token again");
-	my ($rhandon_ms, $rcpu_ms) = defined $rgranted_at
-	  ? granted_late_ms($reset_xid, $rgranted_at, $rwaiter->{pid}, $rrd)
-	  : (999_999, 0);
-	ok($rhandon_ms < 300,
-		sprintf('reset %d: the waiter is woken by the reset (granted %.1f ms after its commit, and %.1f ms waiting for a CPU)',
-			$try, $rhandon_ms, $rcpu_ms));
-	$rholder->quit;
-	$rwaiter->quit;
-}
-
 # --- cancel and statement_timeout stop a wait --------------------------------
 
 for my $case (['pg_cancel_backend', ''],
@@ -299,11 +266,10 @@ ok($ntx > 8, 'hand-on is not bound to the TTL');
 
 my %m = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
 	"SELECT name, value FROM lockfence.metrics WHERE name LIKE 'lease%' OR name LIKE 'fence_rejected_lease%'");
-# Grants: wake 1, 2; fwake1 to 3 and rwake1 to 3, twice each; job a, b,
-# a, b; hot: $ntx.
+# Grants: wake 1, 2; fwake1 to 3, twice each; job a, b, a, b; hot: $ntx.
 # Errors: the cancelled wait, the statement_timeout, and the wait_timeout
 # behind the paused transaction.
-is($m{lease_acquire_total}, 18 + $ntx, 'lease_acquire_total counts the grants');
+is($m{lease_acquire_total}, 12 + $ntx, 'lease_acquire_total counts the grants');
 is($m{lease_acquire_error_total}, 3,
 	'lease_acquire_error_total counts cancel, statement_timeout and wait_timeout');
 is($m{lease_expired_taken_over_total}, 2,
@@ -313,7 +279,7 @@ is($node->safe_psql('postgres',
 	3 + 2 + $ntx, 'lease_hold_duration_seconds: every release and expiry');
 is($node->safe_psql('postgres',
 	"SELECT count FROM lockfence.histograms WHERE name = 'lease_acquire_duration_seconds'"),
-	18 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
+	12 + $ntx, 'lease_acquire_duration_seconds: one observation per grant');
 
 # --- REPEATABLE READ: a release after the waiter's snapshot fails it at once --
 # Every attempt reads the row as the transaction's snapshot sees it, so the
