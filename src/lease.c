@@ -913,30 +913,6 @@ lease_report_lost(const char *name, int64 token, LeaseVerdict verdict,
 }
 
 /*
- * A renewal with the lease's own TTL, which counts by the calendar: '1
- * month -30 days' is a day from a date in December and a negative time
- * from one in February.  One that leaves the lease expired fails, and
- * the renewal's write rolls back with the error, rather than end the
- * lease while reporting an expiry.
- */
-static void
-lease_check_renewed(const char *func, const char *name, const FenceRow *row)
-{
-	if (row->lease_expires_at > GetCurrentTimestamp())
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("lease ttl must be positive"),
-			 errdetail("%s renewed lease \"%s\" with its own ttl %s, which added to the current time does not give a later time (months and days count by the calendar).",
-					   func, name,
-					   row->lease_ttl != NULL ?
-					   DatumGetCString(DirectFunctionCall1(interval_out,
-														   PointerGetDatum(row->lease_ttl))) :
-					   "(none)"),
-			 errhint("Renew with a ttl such as '30 seconds'.")));
-}
-
-/*
  * lockfence.lease_renew(name text, token bigint, ttl interval DEFAULT NULL)
  *		returns timestamptz
  *
@@ -966,8 +942,14 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 		if (verdict != LEASE_WRITE)
 			lease_report_lost(name, token, verdict, &row);
 	}
+	/*
+	 * The lease's own TTL counts by the calendar: '1 month -30 days' is a
+	 * day from a date in December, a negative time from one in February.
+	 * Checked as a given one is, once the renewal read it; the error rolls
+	 * the renewal's write back rather than end the lease unannounced.
+	 */
 	if (ttl == NULL)
-		lease_check_renewed(func, name, &row);
+		lease_check_ttl(func, name, row.lease_ttl);
 	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
