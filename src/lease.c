@@ -945,11 +945,17 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 	/*
 	 * The lease's own TTL counts by the calendar: '1 month -30 days' is a
 	 * day from a date in December, a negative time from one in February.
-	 * Checked as a given one is, once the renewal read it; the error rolls
-	 * the renewal's write back rather than end the lease unannounced.
+	 * A renewal that leaves the lease expired fails, and the error rolls
+	 * its write back, rather than end the lease unannounced.  Judged by the
+	 * expiry written: row.lease_ttl may point into SPI memory, gone now.
 	 */
-	if (ttl == NULL)
-		lease_check_ttl(func, name, row.lease_ttl);
+	if (ttl == NULL && row.lease_expires_at <= GetCurrentTimestamp())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease ttl must be positive"),
+				 errdetail("%s renewed lease \"%s\" with its own ttl, which added to the current time does not give a later time (months and days count by the calendar).",
+						   func, name),
+				 errhint("Renew with a ttl such as '30 seconds'.")));
 	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
