@@ -172,6 +172,8 @@ lockfence_etcd_lock(PG_FUNCTION_ARGS)
 	bool		xact_scope;
 	EtcdLockResult res;
 
+	lockfence_refuse_parallel_mode("lockfence.etcd_lock()");
+
 	lock_args(fcinfo, &name, &ttl);
 	wait_ms = wait_timeout_ms(fcinfo, 2);
 	xact_scope = xact_scope_arg(fcinfo, 3, false);
@@ -197,6 +199,8 @@ lockfence_etcd_try_lock(PG_FUNCTION_ARGS)
 	EtcdLockResult res;
 	bool		got;
 	bool		xact_scope;
+
+	lockfence_refuse_parallel_mode("lockfence.etcd_try_lock()");
 
 	lock_args(fcinfo, &name, &ttl);
 	xact_scope = xact_scope_arg(fcinfo, 2, false);
@@ -228,6 +232,8 @@ lockfence_etcd_unlock(PG_FUNCTION_ARGS)
 {
 	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	bool		force = PG_NARGS() > 1 ? PG_GETARG_BOOL(1) : false;
+
+	lockfence_refuse_parallel_mode("lockfence.etcd_unlock()");
 
 	PG_RETURN_BOOL(etcd_unlock_key(key, force));
 }
@@ -296,6 +302,8 @@ lockfence_etcd_lock_and_fence(PG_FUNCTION_ARGS)
 	EtcdFencedResource fence;
 	LockAndFence lf = {&fence, 1, NULL};
 
+	lockfence_refuse_parallel_mode("lockfence.etcd_lock_and_fence()");
+
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -345,6 +353,8 @@ lockfence_etcd_lock_and_fence_many(PG_FUNCTION_ARGS)
 	int			ttl;
 	long		wait_ms;
 	bool		xact_scope;
+
+	lockfence_refuse_parallel_mode("lockfence.etcd_lock_and_fence()");
 
 	require_arg(fcinfo, 0, "etcd lock name array");
 	require_arg(fcinfo, 1, "fencing resource array");
@@ -410,6 +420,8 @@ lockfence_etcd_lock_many(PG_FUNCTION_ARGS)
 	long		wait_ms;
 	bool		xact_scope;
 
+	lockfence_refuse_parallel_mode("lockfence.etcd_lock_many()");
+
 	require_arg(fcinfo, 0, "etcd lock name array");
 	require_arg(fcinfo, 1, "ttl_seconds");
 	ttl = PG_GETARG_INT32(1);
@@ -436,6 +448,8 @@ lockfence_etcd_keepalive(PG_FUNCTION_ARGS)
 {
 	int64		lease = PG_GETARG_INT64(0);
 	int64		ttl = 0;
+
+	lockfence_refuse_parallel_mode("lockfence.etcd_keepalive()");
 
 	if (lease <= 0)
 		ereport(ERROR,

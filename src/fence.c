@@ -201,6 +201,8 @@ lockfence_fence(PG_FUNCTION_ARGS)
 	char	   *holder;
 	FenceOutcome outcome;
 
+	lockfence_refuse_parallel_mode("lockfence.fence()");
+
 	fence_args(fcinfo, &resource, &token, &holder);
 	if (lockfence_check(resource, token, holder, false, &outcome) !=
 		FENCE_ACCEPTED)
@@ -221,6 +223,8 @@ lockfence_try_fence(PG_FUNCTION_ARGS)
 	int64		token;
 	char	   *holder;
 	FenceOutcome outcome;
+
+	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
 	fence_args(fcinfo, &resource, &token, &holder);
 	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false,
@@ -261,6 +265,8 @@ lockfence_reset(PG_FUNCTION_ARGS)
 {
 	char	   *resource;
 	bool		found;
+
+	lockfence_refuse_parallel_mode("lockfence.reset()");
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,

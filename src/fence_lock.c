@@ -130,6 +130,8 @@ lockfence_lock_resource(PG_FUNCTION_ARGS)
 {
 	char	   *resource = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
+	lockfence_refuse_parallel_mode("lockfence.lock_resource()");
+
 	lockfence_validate_resource(resource);
 	(void) fence_lock_acquire(resource, ExclusiveLock, true);
 	/* a lease the write ends frees the name: its waiters look again */

@@ -242,6 +242,8 @@ lockfence_fence_many(PG_FUNCTION_ARGS)
 	FenceOutcome outcome;
 	int			rejected;
 
+	lockfence_refuse_parallel_mode("lockfence.fence()");
+
 	fence_many_args(fcinfo, &call);
 	rejected = fence_many_check(&call, &outcome);
 	if (rejected >= 0)
@@ -261,6 +263,8 @@ lockfence_try_fence_many(PG_FUNCTION_ARGS)
 {
 	FenceMany	call;
 	FenceOutcome outcome;
+
+	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
 	fence_many_args(fcinfo, &call);
 	if (fence_many_uncovered(&call) <= 1)

@@ -736,6 +736,8 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	FenceRow	row;
 	LeaseAcquireCall call;
 
+	lockfence_refuse_parallel_mode("lockfence.lease_acquire()");
+
 	lease_acquire_args(fcinfo, "lockfence.lease_acquire()", &name, &ttl,
 					   &holder);
 	fence_cache_forget(name);	/* the grant writes the fence row */
@@ -783,6 +785,8 @@ lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 	char	   *holder;
 	FenceRow	row;
 	TimestampTz started = GetCurrentTimestamp();
+
+	lockfence_refuse_parallel_mode(func);
 
 	lease_acquire_args(fcinfo, func, &name, &ttl, &holder);
 	fence_cache_forget(name);	/* the grant writes the fence row */
@@ -930,6 +934,8 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 	FenceRow	row;
 	LeaseVerdict verdict;
 
+	lockfence_refuse_parallel_mode(func);
+
 	lease_token_args(fcinfo, func, &name, &token);
 	fence_cache_forget(name);	/* this writes the fence row */
 	if (ttl != NULL)
@@ -973,6 +979,8 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	int64		token;
 	bool		released;
 	FenceRow	row;
+
+	lockfence_refuse_parallel_mode("lockfence.lease_release()");
 
 	lease_token_args(fcinfo, "lockfence.lease_release()", &name, &token);
 	fence_cache_forget(name);	/* this writes the fence row */

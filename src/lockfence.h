@@ -63,6 +63,7 @@ typedef struct FenceOutcome
 extern void lockfence_validate_resource(const char *resource);
 extern void lockfence_validate_token(int64 token);
 extern void lockfence_validate_holder(const char *holder);
+extern void lockfence_refuse_parallel_mode(const char *function);
 
 /* fence.c */
 extern FenceVerdict lockfence_check(const char *resource, int64 token,

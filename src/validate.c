@@ -2,7 +2,8 @@
  *
  * validate.c
  *	  Validation of the arguments every fence, lease and etcd lock function
- *	  shares: resource names, tokens and holder names.
+ *	  shares: resource names, tokens and holder names; and of the context
+ *	  they are called in.
  *
  * The bottom of the call graph: it calls no other file of lockfence, so
  * that any file may check its arguments (docs/internals.md).
@@ -13,6 +14,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include "access/xact.h"
 
 #include "lockfence.h"
 
@@ -65,4 +68,25 @@ lockfence_validate_token(int64 token)
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("fencing token must not be negative"),
 				 errdetail("The token presented was " INT64_FORMAT ".", token)));
+}
+
+/*
+ * Refuse to run during a parallel operation.  Every function that fences,
+ * takes a lease or an etcd lock is declared PARALLEL UNSAFE, so only a
+ * caller's own function wrongly marked PARALLEL SAFE or RESTRICTED gets
+ * here in parallel mode.  Without this check the call fails deep inside
+ * with an internal error (a snapshot it may not take), or would fence in a
+ * worker's cache and take an etcd lock on a worker's session, both gone
+ * when the worker exits.  What PostgreSQL says for its own commands
+ * (PreventCommandIfParallelMode), with the fix in a hint.
+ */
+void
+lockfence_refuse_parallel_mode(const char *function)
+{
+	if (IsInParallelMode())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot execute %s during a parallel operation",
+						function),
+				 errhint("Mark the function that calls it PARALLEL UNSAFE.")));
 }
