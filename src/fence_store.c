@@ -305,12 +305,16 @@ fence_read(const char *resource, bool latest, FenceRow *row, bool *in_spi,
  * from another connection while it writes.)  A refusal must not be one
  * the newest version would not give (a lease renewed since, whose old
  * expiry has passed; a fence reset): "the lease is no longer held" (LF003)
- * tells its holder to stop.
+ * tells its holder to stop.  Nor may a refusal for want of a fence in this
+ * transaction (LF002, whose hint says to fence) stand when the newest
+ * version refuses the token for good: fencing would then fail too, and the
+ * retry that the serialization failure asks for gets the true verdict.
  */
 static void
 fence_check_serializable(const char *resource, int64 token,
 						 const char *holder, bool must_advance,
-						 FenceAction action, bool found, const FenceRow *row,
+						 FenceAction action, FenceVerdict outcome_verdict,
+						 bool found, const FenceRow *row,
 						 bool *in_spi, FenceStoreState *state)
 {
 	FenceRow	latest;
@@ -324,7 +328,10 @@ fence_check_serializable(const char *resource, int64 token,
 	latest_refuses = fence_decide(latest_found ? &latest : NULL, token,
 								  holder, must_advance, &judged) ==
 		FENCE_ACTION_REFUSE;
-	if (action == FENCE_ACTION_REFUSE ? !latest_refuses :
+	if (action == FENCE_ACTION_REFUSE ?
+		(!latest_refuses ||
+		 (outcome_verdict == FENCE_NOT_ADVANCED &&
+		  judged.verdict != FENCE_NOT_ADVANCED)) :
 		(latest_found != found || latest_refuses ||
 		 (found && latest.token != row->token)))
 		ereport(ERROR,
@@ -428,7 +435,8 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		action = fence_decide(found ? &row : NULL, token, holder,
 							  must_advance, outcome);
 		fence_check_serializable(resource, token, holder, must_advance,
-								 action, found, &row, &in_spi, &state);
+								 action, outcome->verdict, found, &row,
+								 &in_spi, &state);
 
 		if (action == FENCE_ACTION_REFUSE)
 		{
