@@ -75,6 +75,24 @@ LANGUAGE plpgsql PARALLEL SAFE
 AS $$ BEGIN RETURN lockfence.current_token('par'); END $$;
 SELECT count(read_safe(id)) FROM work_items;
 
+-- fenced_token() reads this transaction's fences, which a worker does not
+-- have: refused there (only workers run the plan here), answered in the
+-- leader
+BEGIN;
+SELECT lockfence.fence('par2', 3);
+CREATE FUNCTION fenced_safe(id int) RETURNS bigint
+LANGUAGE plpgsql PARALLEL SAFE
+AS $$ BEGIN RETURN lockfence.fenced_token('par2'); END $$;
+CREATE FUNCTION fenced_restricted(id int) RETURNS bigint
+LANGUAGE plpgsql PARALLEL RESTRICTED
+AS $$ BEGIN RETURN lockfence.fenced_token('par2'); END $$;
+SET LOCAL parallel_leader_participation = off;
+SAVEPOINT s;
+SELECT count(fenced_safe(id)) FROM work_items;
+ROLLBACK TO s;
+SELECT fenced_restricted(id) FROM work_items WHERE id = 1;
+ROLLBACK;
+
 -- outside a parallel plan the same functions work
 SET max_parallel_workers_per_gather = 0;
 SELECT fence_restricted(id) FROM work_items WHERE id = 1;

@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 
@@ -32,6 +33,9 @@ lockfence_fenced_token(PG_FUNCTION_ARGS)
 	int64		token;
 	const char *holder;
 
+	/* the cache is the leader's: a worker's is empty, and would say NULL */
+	if (IsParallelWorker())
+		lockfence_refuse_parallel_mode("lockfence.fenced_token()");
 	lockfence_validate_resource(resource);
 	if (!fence_cache_lookup(resource, &token, &holder))
 		PG_RETURN_NULL();
