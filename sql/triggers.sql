@@ -584,3 +584,17 @@ DROP SERVER regress_lf_srv;
 DROP FOREIGN DATA WRAPPER regress_lf_fdw;
 DROP SCHEMA sp_s CASCADE;
 DROP TABLE sp, sp_plain;
+
+-- check_trigger() judges lockfence's triggers only: another trigger is
+-- named as such, not reported as a misdefined fence
+CREATE TABLE ct_other (id int);
+CREATE FUNCTION ct_noop() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER ct_instead AFTER INSERT ON ct_other
+FOR EACH ROW EXECUTE FUNCTION ct_noop();
+SELECT lockfence.check_trigger(oid) FROM pg_trigger WHERE tgname = 'ct_instead';
+\echo :LAST_ERROR_SQLSTATE
+-- a trigger that no longer exists is nothing to judge
+SELECT lockfence.check_trigger(0);
+DROP TABLE ct_other;
+DROP FUNCTION ct_noop();

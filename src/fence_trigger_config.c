@@ -42,6 +42,7 @@
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
 
 #include "citus_guard.h"
@@ -570,8 +571,24 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 				ObjectIdGetDatum(tgoid));
 	scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &key);
 	tgtuple = systable_getnext(scan);
-	relid = HeapTupleIsValid(tgtuple) ?
-		((Form_pg_trigger) GETSTRUCT(tgtuple))->tgrelid : InvalidOid;
+	relid = InvalidOid;
+	if (HeapTupleIsValid(tgtuple))
+	{
+		Form_pg_trigger tg = (Form_pg_trigger) GETSTRUCT(tgtuple);
+		char	   *funcname = get_func_name(tg->tgfoid);
+
+		/* judged as lockfence's, another trigger's misuse would be named */
+		if (get_func_namespace(tg->tgfoid) != lockfence_schema_oid() ||
+			funcname == NULL || strcmp(funcname, "fence_trigger") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("trigger \"%s\" on table \"%s\" is not a lockfence trigger",
+							NameStr(tg->tgname),
+							get_rel_name(tg->tgrelid)),
+					 errdetail("It executes %s, not lockfence.fence_trigger().",
+							   format_procedure(tg->tgfoid))));
+		relid = tg->tgrelid;
+	}
 	systable_endscan(scan);
 	table_close(tgrel, AccessShareLock);
 	if (!OidIsValid(relid))
