@@ -1149,6 +1149,7 @@ DECLARE
     st record;
     citus_coordinator boolean;
     citus_shards oid[] := '{}';
+    roles text;
 BEGIN
     -- On a Citus node, shards are tables too: Citus hides them from this
     -- session's catalog queries unless told not to, and does not copy a
@@ -1189,6 +1190,50 @@ BEGIN
                               fs.system_identifier, fs.timeline,
                               coalesce(fs.recorded_system_identifier::text, 'none'), coalesce(fs.recorded_timeline::text, 'none')),
             'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if the promotion or restore lost nothing, SELECT lockfence.accept_promotion();';
+    END IF;
+
+    -- A session with session_replication_role = replica writes without
+    -- firing the triggers.  Superusers may set it; so may roles a
+    -- superuser let (GRANT SET ON PARAMETER, inherited by their members),
+    -- and a role or database setting starts every session that way.
+    IF EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgfoid OPERATOR(pg_catalog.=) fence_fn) THEN
+        SELECT pg_catalog.string_agg(g.name, ', ' ORDER BY g.name) INTO roles
+          FROM (SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                     ELSE pg_catalog.quote_ident(ro.rolname) END AS name
+                  FROM pg_catalog.pg_parameter_acl p
+                 CROSS JOIN LATERAL pg_catalog.aclexplode(p.paracl) a
+                  LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) a.grantee
+                 WHERE p.parname OPERATOR(pg_catalog.=) 'session_replication_role'
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'SET'
+                   AND NOT coalesce(ro.rolsuper, false)) g;
+        IF roles IS NOT NULL THEN
+            RETURN QUERY SELECT 'warning', 'replication_role_granted',
+                pg_catalog.format('%s (and members) may SET session_replication_role: their writes in a session with it set to replica skip the triggers of protected tables.', roles),
+                pg_catalog.format('REVOKE SET ON PARAMETER session_replication_role FROM %s;', roles);
+        END IF;
+        FOR r IN
+            SELECT s.setrole, ro.rolname, s.setdatabase, d.datname
+              FROM pg_catalog.pg_db_role_setting s
+              LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) s.setrole
+              LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.setdatabase
+             WHERE (s.setdatabase OPERATOR(pg_catalog.=) 0 OR d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+               AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
+                            WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')
+             ORDER BY 2, 4
+        LOOP
+            RETURN QUERY SELECT 'error', 'replication_role_default',
+                pg_catalog.format('Sessions of %s in %s start with session_replication_role = replica: their writes skip the triggers of protected tables.',
+                                  CASE WHEN r.setrole OPERATOR(pg_catalog.=) 0 THEN 'every role'
+                                       ELSE 'role ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname) END,
+                                  CASE WHEN r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'every database'
+                                       ELSE 'database ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname) END),
+                pg_catalog.format('ALTER %s RESET session_replication_role;',
+                                  CASE WHEN r.setrole OPERATOR(pg_catalog.=) 0 AND r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'ROLE ALL'
+                                       WHEN r.setrole OPERATOR(pg_catalog.=) 0 THEN 'DATABASE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname)
+                                       WHEN r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'ROLE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname)
+                                       ELSE 'ROLE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname)
+                                            OPERATOR(pg_catalog.||) ' IN DATABASE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname) END);
+        END LOOP;
     END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN

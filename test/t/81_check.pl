@@ -79,6 +79,69 @@ like(detail_of('trigger_disabled'), qr/on public\.parts_1 is disabled/,
 $node->safe_psql('postgres', 'ALTER TABLE parts_1 ENABLE TRIGGER zz_lockfence_fence');
 is(findings(), '', 'all enabled again: no rows');
 
+# Roles that may write past the triggers: session_replication_role =
+# replica set by a role a superuser let set it, or by a role or database
+# setting.  First, that such a role does bypass them.
+$node->safe_psql('postgres', q{
+CREATE ROLE srr_app LOGIN;
+CREATE ROLE "srr etl" LOGIN;
+GRANT SET ON PARAMETER session_replication_role TO srr_app;
+GRANT INSERT ON jobs TO srr_app;
+});
+$node->safe_psql('postgres', q{
+SET ROLE srr_app;
+SET session_replication_role = replica;
+INSERT INTO jobs VALUES (99, NULL);
+});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM jobs WHERE id = 99'),
+	'1', 'a role granted SET on session_replication_role writes without a token');
+$node->safe_psql('postgres',
+	'SET session_replication_role = replica; DELETE FROM jobs WHERE id = 99; REVOKE INSERT ON jobs FROM srr_app');
+is(findings(), 'warning replication_role_granted',
+	'... which check() reports as a warning');
+like(detail_of('replication_role_granted'),
+	qr/^srr_app \(and members\) may SET session_replication_role: .* \| REVOKE SET ON PARAMETER session_replication_role FROM srr_app;$/,
+	'... naming the role and the fix');
+$node->safe_psql('postgres', q{
+GRANT SET ON PARAMETER session_replication_role TO PUBLIC;
+ALTER ROLE "srr etl" SET session_replication_role = REPLICA;
+ALTER ROLE "srr etl" IN DATABASE postgres SET session_replication_role = replica;
+ALTER ROLE srr_app IN DATABASE template1 SET session_replication_role = replica;
+});
+is(findings(),
+	"warning replication_role_granted\nerror replication_role_default\nerror replication_role_default",
+	'a role setting, in every database and in this one, is an error each; another database\'s is not reported');
+like(detail_of('replication_role_granted'),
+	qr/^PUBLIC, srr_app \(and members\).*FROM PUBLIC, srr_app;$/,
+	'PUBLIC is named');
+is($node->safe_psql('postgres',
+		q{SELECT string_agg(detail || ' | ' || hint, E'\n' ORDER BY detail) FROM lockfence.check() WHERE finding = 'replication_role_default'}),
+	qq{Sessions of role "srr etl" in database postgres start with session_replication_role = replica: their writes skip the triggers of protected tables. | ALTER ROLE "srr etl" IN DATABASE postgres RESET session_replication_role;\n}
+	  . qq{Sessions of role "srr etl" in every database start with session_replication_role = replica: their writes skip the triggers of protected tables. | ALTER ROLE "srr etl" RESET session_replication_role;},
+	'... each with the command that resets it');
+$node->safe_psql('postgres', q{
+ALTER ROLE "srr etl" IN DATABASE postgres RESET session_replication_role;
+ALTER ROLE "srr etl" RESET session_replication_role;
+ALTER ROLE ALL IN DATABASE postgres SET session_replication_role = replica;
+});
+like(detail_of('replication_role_default'),
+	qr/^Sessions of every role in database postgres start .* \| ALTER DATABASE postgres RESET session_replication_role;$/,
+	'a database setting: every role in it');
+$node->safe_psql('postgres', q{
+ALTER DATABASE postgres RESET session_replication_role;
+ALTER ROLE ALL SET session_replication_role = replica;
+});
+like(detail_of('replication_role_default'),
+	qr/^Sessions of every role in every database start .* \| ALTER ROLE ALL RESET session_replication_role;$/,
+	'ALTER ROLE ALL: every role in every database');
+$node->safe_psql('postgres', q{
+ALTER ROLE ALL RESET session_replication_role;
+ALTER ROLE srr_app IN DATABASE template1 RESET session_replication_role;
+REVOKE SET ON PARAMETER session_replication_role FROM PUBLIC, srr_app;
+DROP ROLE srr_app, "srr etl";
+});
+is(findings(), '', 'revoked and reset: no rows');
+
 # What slips past with the extension's event triggers disabled.
 my @evt = split /\n/, $node->safe_psql('postgres', q{
 SELECT evtname FROM pg_event_trigger WHERE evtname LIKE 'lockfence%' ORDER BY 1});
