@@ -35,18 +35,11 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "run me as root (I install packages and start servers as user postgres)"
 
 # It installs lockfence into the host's PostgreSQL, as test/run-all.sh
-# does: one of them at a time per machine (see run-all.sh), unless
+# does: one of them at a time per machine (scripts/run-lock.sh), unless
 # run-all.sh started this demonstration and holds the lock already.
-if [ -z "${LOCKFENCE_RUN_LOCK_HELD:-}" ]; then
-	export LOCKFENCE_RUN_LOCK_HELD=1
-	set +e
-	flock -n -o -E 199 /tmp/lockfence-run-all.lock bash "$DEMO_DIR/run.sh" "$@"
-	rc=$?
-	set -e
-	[ "$rc" -ne 199 ] && exit "$rc"
-	say "demo: test/run-all.sh or another demonstration is using this machine's PostgreSQL; waiting for it to end"
-	exec flock -o /tmp/lockfence-run-all.lock bash "$DEMO_DIR/run.sh" "$@"
-fi
+# shellcheck source=../scripts/run-lock.sh
+. "$REPO_DIR/scripts/run-lock.sh"
+take_run_lock demo || exit 2
 
 # ---------------------------------------------------------------------------
 # Packages: install only what is missing; apt-get update only if needed.

@@ -84,22 +84,9 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-# One run at a time per machine: every run installs its build into the
-# same PostgreSQL installations (the host's 15, the chroots' 17 and 18),
-# so two at once would test each other's libraries (a subset started
-# beside a full run once failed that run's timing lane on 15).  A second
-# run, or demo/run.sh, waits for the first.  flock holds the lock itself
-# (-o: the run does not inherit it), so a server that outlives a run
-# cannot keep the next one waiting.
-if [ -z "${LOCKFENCE_RUN_LOCK_HELD:-}" ]; then
-	export LOCKFENCE_RUN_LOCK_HELD=1
-	run_lock=/tmp/lockfence-run-all.lock
-	flock -n -o -E 199 "$run_lock" bash "$repo/test/run-all.sh" "$@"
-	rc=$?
-	[ "$rc" -ne 199 ] && exit "$rc"
-	echo "run-all.sh: another run-all.sh or demo/run.sh is using this machine's PostgreSQL installations; waiting for it to end" >&2
-	exec flock -o "$run_lock" bash "$repo/test/run-all.sh" "$@"
-fi
+# One run (or demo/run.sh) at a time per machine: scripts/run-lock.sh.
+. "$repo/scripts/run-lock.sh"
+take_run_lock run-all.sh || exit 1
 
 SUITES_GIVEN=${SUITES:+1}
 SUITES=${SUITES:-regress isolation tap demo history fuzz valgrind}
