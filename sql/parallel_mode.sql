@@ -69,15 +69,19 @@ SELECT call_restricted(id, $q$SELECT lockfence.lock_resource('par')$q$)
   FROM work_items WHERE id = 1;
 SELECT count(*) AS fenced FROM lockfence.fences;
 
--- reading is allowed: current_token() is PARALLEL SAFE itself
+-- reading the fence table is allowed (current_token() is PARALLEL UNSAFE
+-- by default, but reads nothing a worker lacks)
+SELECT lockfence.fence('par_read', 4);
 CREATE FUNCTION read_safe(id int) RETURNS bigint
 LANGUAGE plpgsql PARALLEL SAFE
-AS $$ BEGIN RETURN lockfence.current_token('par'); END $$;
-SELECT count(read_safe(id)) FROM work_items;
+AS $$ BEGIN RETURN lockfence.current_token('par_read'); END $$;
+SELECT read_safe(id) AS token, count(*) FROM work_items GROUP BY 1;
+SELECT lockfence.reset('par_read');
 
--- fenced_token() reads this transaction's fences, which a worker does not
--- have: refused there (only workers run the plan here), answered in the
--- leader
+-- fenced_token() and forget_fenced() use this transaction's fences, which
+-- a worker does not have: refused there (only workers run the plan here,
+-- on this test's own server, whose worker slots are free), answered in
+-- the leader
 BEGIN;
 SELECT lockfence.fence('par2', 3);
 CREATE FUNCTION fenced_safe(id int) RETURNS bigint
@@ -89,6 +93,12 @@ AS $$ BEGIN RETURN lockfence.fenced_token('par2'); END $$;
 SET LOCAL parallel_leader_participation = off;
 SAVEPOINT s;
 SELECT count(fenced_safe(id)) FROM work_items;
+ROLLBACK TO s;
+CREATE FUNCTION forget_safe(id int) RETURNS int
+LANGUAGE plpgsql PARALLEL SAFE
+AS $$ BEGIN PERFORM lockfence.forget_fenced(ARRAY['par2']); RETURN 1; END $$;
+SAVEPOINT s;
+SELECT count(forget_safe(id)) FROM work_items;
 ROLLBACK TO s;
 SELECT fenced_restricted(id) FROM work_items WHERE id = 1;
 ROLLBACK;

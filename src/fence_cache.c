@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
@@ -276,6 +277,9 @@ lockfence_forget_fenced(PG_FUNCTION_ARGS)
 	bool	   *nulls;
 	int			nelems;
 
+	/* the cache is the leader's: a worker would forget nothing */
+	if (IsParallelWorker())
+		lockfence_refuse_parallel_mode("lockfence.forget_fenced()");
 	if (PG_ARGISNULL(0))
 	{
 		fence_cache_forget_all();
