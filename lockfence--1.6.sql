@@ -616,7 +616,36 @@ AS $$
 DECLARE
     tg oid;
     rel oid;
+    foreign_trigger record;
 BEGIN
+    -- Only the owner of a protected table may create or replace its
+    -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
+    -- privilege (which GRANT ALL gives) and keeps the name: lockfence's
+    -- trigger pointed at another function lets every write through.  A
+    -- table is protected when it has a lockfence trigger, or is listed
+    -- (its last one may be the trigger just replaced), and lockfence's
+    -- trigger names are the owner's on any table.
+    FOR foreign_trigger IN
+        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS rel
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+          JOIN pg_catalog.pg_class AS k ON k.oid = t.tgrelid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
+           AND (t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate')
+                OR EXISTS (SELECT FROM pg_catalog.pg_trigger AS f
+                            WHERE f.tgrelid = t.tgrelid
+                              AND f.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure)
+                OR EXISTS (SELECT FROM lockfence.protected_tables AS p
+                            WHERE lockfence.protected_table_oid(p.tbl) = t.tgrelid))
+    LOOP
+        RAISE EXCEPTION 'only the owner of protected table % may create or replace its triggers', foreign_trigger.rel
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role %I, which does not own the table, created or replaced trigger %I: a lockfence trigger replaced by another would let writes through unfenced.',
+                                             current_user, foreign_trigger.tgname),
+                  HINT = 'Create the trigger as the table''s owner.';
+    END LOOP;
+
     FOR tg IN
         SELECT t.oid
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
@@ -1204,12 +1233,12 @@ BEGIN
                  CROSS JOIN LATERAL pg_catalog.aclexplode(p.paracl) a
                   LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) a.grantee
                  WHERE p.parname OPERATOR(pg_catalog.=) 'session_replication_role'
-                   AND a.privilege_type OPERATOR(pg_catalog.=) 'SET'
+                   AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{SET,ALTER SYSTEM}')
                    AND NOT coalesce(ro.rolsuper, false)) g;
         IF roles IS NOT NULL THEN
             RETURN QUERY SELECT 'warning', 'replication_role_granted',
-                pg_catalog.format('%s (and members) may SET session_replication_role: their writes in a session with it set to replica skip the triggers of protected tables.', roles),
-                pg_catalog.format('REVOKE SET ON PARAMETER session_replication_role FROM %s;', roles);
+                pg_catalog.format('%s (and members) may SET session_replication_role, or ALTER SYSTEM it: their writes in a session with it set to replica skip the triggers of protected tables.', roles),
+                pg_catalog.format('REVOKE SET, ALTER SYSTEM ON PARAMETER session_replication_role FROM %s CASCADE;', roles);
         END IF;
         FOR r IN
             SELECT s.setrole, ro.rolname, s.setdatabase, d.datname
@@ -1217,6 +1246,7 @@ BEGIN
               LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) s.setrole
               LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.setdatabase
              WHERE (s.setdatabase OPERATOR(pg_catalog.=) 0 OR d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+               AND (s.setrole OPERATOR(pg_catalog.=) 0 OR ro.rolcanlogin)
                AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
                             WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')
              ORDER BY 2, 4
@@ -1234,6 +1264,25 @@ BEGIN
                                        ELSE 'ROLE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname)
                                             OPERATOR(pg_catalog.||) ' IN DATABASE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname) END);
         END LOOP;
+        -- the server's configuration (postgresql.conf, ALTER SYSTEM, -c):
+        -- what this session started with, unless a setting of this role or
+        -- database (reported above) explains it
+        IF EXISTS (
+            SELECT FROM pg_catalog.pg_settings
+             WHERE name OPERATOR(pg_catalog.=) 'session_replication_role'
+               AND pg_catalog.lower(reset_val) OPERATOR(pg_catalog.=) 'replica')
+           AND NOT EXISTS (
+            SELECT FROM pg_catalog.pg_db_role_setting s
+             WHERE s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0, (SELECT oid FROM pg_catalog.pg_roles
+                                                                  WHERE rolname OPERATOR(pg_catalog.=) session_user)])
+               AND s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0, (SELECT oid FROM pg_catalog.pg_database
+                                                                      WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
+               AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
+                            WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')) THEN
+            RETURN QUERY SELECT 'error', 'replication_role_default',
+                'Sessions start with session_replication_role = replica (the server''s configuration): their writes skip the triggers of protected tables.',
+                'ALTER SYSTEM RESET session_replication_role; SELECT pg_catalog.pg_reload_conf(); (and remove it from postgresql.conf or the command line)';
+        END IF;
     END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN

@@ -322,4 +322,57 @@ DROP TABLE rst, gres, ptu, weird, ptu4, idt, idt2, dft, late, lp, ap, ap1, rp, d
 DROP TYPE art_row;
 DROP DOMAIN code8;
 DROP FUNCTION noop();
+
+-- Only a protected table's owner may create or replace its triggers:
+-- CREATE OR REPLACE TRIGGER needs only the TRIGGER privilege (GRANT ALL
+-- gives it), and pointing lockfence's trigger at another function would
+-- let every write through.
+CREATE ROLE lockfence_trig_app;
+CREATE SCHEMA trig_app AUTHORIZATION lockfence_trig_app;
+CREATE TABLE own_acc (id int PRIMARY KEY, tenant text, tok bigint, bal int);
+SELECT lockfence.protect('own_acc', resource_column => 'tenant', token_column => 'tok');
+CREATE TABLE own_plain (id int);
+GRANT ALL ON own_acc, own_plain TO lockfence_trig_app;
+SELECT lockfence.grant_usage('lockfence_trig_app');
+INSERT INTO own_acc VALUES (1, 'acme', lockfence.fence('acme', 10), 0);
+SET ROLE lockfence_trig_app;
+CREATE FUNCTION trig_app.pass() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN RETURN NEW; END $$;
+CREATE OR REPLACE TRIGGER zz_lockfence_fence
+BEFORE INSERT OR UPDATE OR DELETE ON own_acc
+FOR EACH ROW EXECUTE FUNCTION trig_app.pass();
+\echo :LAST_ERROR_SQLSTATE
+CREATE OR REPLACE TRIGGER zz_lockfence_fence_truncate
+BEFORE TRUNCATE ON own_acc EXECUTE FUNCTION trig_app.pass();
+\echo :LAST_ERROR_SQLSTATE
+-- nor another trigger on the table, nor lockfence's trigger elsewhere,
+-- even with lockfence's function (protect() of a table it does not own)
+CREATE TRIGGER aa_audit BEFORE UPDATE ON own_acc
+FOR EACH ROW EXECUTE FUNCTION trig_app.pass();
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.protect('own_plain', resource => 'plain');
+\echo :LAST_ERROR_SQLSTATE
+-- the stale write the replaced trigger would have let through
+UPDATE own_acc SET bal = 999, tok = 3 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- on a table of its own the role protects and adds triggers as before
+CREATE TABLE trig_app.mine (id int, tok bigint);
+SELECT lockfence.protect('trig_app.mine', resource => 'mine', token_column => 'tok');
+CREATE TRIGGER aa_audit BEFORE UPDATE ON trig_app.mine
+FOR EACH ROW EXECUTE FUNCTION trig_app.pass();
+RESET ROLE;
+SELECT tgrelid::regclass, tgname, tgfoid::regprocedure FROM pg_trigger
+ WHERE tgrelid IN ('own_acc'::regclass, 'own_plain'::regclass, 'trig_app.mine'::regclass)
+ ORDER BY 1::text, 2;
+SELECT id, tok, bal FROM own_acc;
+-- the owner may replace them (here with the same definition)
+CREATE OR REPLACE TRIGGER zz_lockfence_fence
+BEFORE INSERT OR UPDATE OR DELETE ON own_acc
+FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=tenant', 'token_column=tok');
+SELECT lockfence.unprotect('trig_app.mine');
+DROP SCHEMA trig_app CASCADE;
+DROP TABLE own_acc, own_plain;
+REVOKE ALL ON SCHEMA lockfence FROM lockfence_trig_app;
+SELECT lockfence.revoke_usage('lockfence_trig_app');
+DROP ROLE lockfence_trig_app;
 DROP EXTENSION lockfence;

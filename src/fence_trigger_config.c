@@ -542,6 +542,19 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 }
 
 /*
+ * Is funcoid lockfence.fence_trigger()?  (By name in the extension's
+ * schema: a replacement of it by other code is check()'s to report.)
+ */
+static bool
+is_fence_trigger_function(Oid funcoid)
+{
+	char	   *name = get_func_name(funcoid);
+
+	return name != NULL && strcmp(name, "fence_trigger") == 0 &&
+		get_func_namespace(funcoid) == lockfence_schema_oid();
+}
+
+/*
  * lockfence.check_trigger(trigger_oid oid)
  *
  * Validate a lockfence trigger, as the extension's event trigger does right
@@ -571,24 +584,8 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 				ObjectIdGetDatum(tgoid));
 	scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &key);
 	tgtuple = systable_getnext(scan);
-	relid = InvalidOid;
-	if (HeapTupleIsValid(tgtuple))
-	{
-		Form_pg_trigger tg = (Form_pg_trigger) GETSTRUCT(tgtuple);
-		char	   *funcname = get_func_name(tg->tgfoid);
-
-		/* judged as lockfence's, another trigger's misuse would be named */
-		if (get_func_namespace(tg->tgfoid) != lockfence_schema_oid() ||
-			funcname == NULL || strcmp(funcname, "fence_trigger") != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-					 errmsg("trigger \"%s\" on table \"%s\" is not a lockfence trigger",
-							NameStr(tg->tgname),
-							get_rel_name(tg->tgrelid)),
-					 errdetail("It executes %s, not lockfence.fence_trigger().",
-							   format_procedure(tg->tgfoid))));
-		relid = tg->tgrelid;
-	}
+	relid = HeapTupleIsValid(tgtuple) ?
+		((Form_pg_trigger) GETSTRUCT(tgtuple))->tgrelid : InvalidOid;
 	systable_endscan(scan);
 	table_close(tgrel, AccessShareLock);
 	if (!OidIsValid(relid))
@@ -600,9 +597,19 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 	trigdesc = rel->trigdesc;
 	for (i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
 	{
-		if (trigdesc->triggers[i].tgoid == tgoid)
-			(void) fence_trigger_configure(&trigdesc->triggers[i], rel,
-										   CurrentMemoryContext);
+		Trigger    *trigger = &trigdesc->triggers[i];
+
+		if (trigger->tgoid != tgoid)
+			continue;
+		/* judged as lockfence's, another trigger's misuse would be named */
+		if (!is_fence_trigger_function(trigger->tgfoid))
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("trigger \"%s\" on table \"%s\" is not a lockfence trigger",
+							trigger->tgname, RelationGetRelationName(rel)),
+					 errdetail("It executes %s, not lockfence.fence_trigger().",
+							   format_procedure(trigger->tgfoid))));
+		(void) fence_trigger_configure(trigger, rel, CurrentMemoryContext);
 	}
 	table_close(rel, AccessShareLock);
 

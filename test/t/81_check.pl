@@ -100,19 +100,21 @@ $node->safe_psql('postgres',
 is(findings(), 'warning replication_role_granted',
 	'... which check() reports as a warning');
 like(detail_of('replication_role_granted'),
-	qr/^srr_app \(and members\) may SET session_replication_role: .* \| REVOKE SET ON PARAMETER session_replication_role FROM srr_app;$/,
+	qr/^srr_app \(and members\) may SET session_replication_role, or ALTER SYSTEM it: .* \| REVOKE SET, ALTER SYSTEM ON PARAMETER session_replication_role FROM srr_app CASCADE;$/,
 	'... naming the role and the fix');
 $node->safe_psql('postgres', q{
 GRANT SET ON PARAMETER session_replication_role TO PUBLIC;
-ALTER ROLE "srr etl" SET session_replication_role = REPLICA;
+ALTER ROLE "srr etl" SET session_replication_role = 'Replica';
+CREATE ROLE srr_group NOLOGIN;
+ALTER ROLE srr_group SET session_replication_role = replica;
 ALTER ROLE "srr etl" IN DATABASE postgres SET session_replication_role = replica;
 ALTER ROLE srr_app IN DATABASE template1 SET session_replication_role = replica;
 });
 is(findings(),
 	"warning replication_role_granted\nerror replication_role_default\nerror replication_role_default",
-	'a role setting, in every database and in this one, is an error each; another database\'s is not reported');
+	'a role setting, in every database and in this one, is an error each; another database\'s, or a role\'s that cannot log in, is not reported');
 like(detail_of('replication_role_granted'),
-	qr/^PUBLIC, srr_app \(and members\).*FROM PUBLIC, srr_app;$/,
+	qr/^PUBLIC, srr_app \(and members\).*FROM PUBLIC, srr_app CASCADE;$/,
 	'PUBLIC is named');
 is($node->safe_psql('postgres',
 		q{SELECT string_agg(detail || ' | ' || hint, E'\n' ORDER BY detail) FROM lockfence.check() WHERE finding = 'replication_role_default'}),
@@ -138,8 +140,26 @@ $node->safe_psql('postgres', q{
 ALTER ROLE ALL RESET session_replication_role;
 ALTER ROLE srr_app IN DATABASE template1 RESET session_replication_role;
 REVOKE SET ON PARAMETER session_replication_role FROM PUBLIC, srr_app;
-DROP ROLE srr_app, "srr etl";
+DROP ROLE srr_app, "srr etl", srr_group;
+ALTER SYSTEM SET session_replication_role = replica;
+SELECT pg_reload_conf();
 });
+# (new sessions see the setting once the postmaster has reloaded)
+$node->poll_query_until('postgres',
+	"SELECT current_setting('session_replication_role') = 'replica'")
+  or die 'the configuration was not reloaded';
+like(findings(), qr/^error replication_role_default$/,
+	'the server\'s configuration: an error');
+like(detail_of('replication_role_default'),
+	qr/^Sessions start with session_replication_role = replica \(the server's configuration\).* \| ALTER SYSTEM RESET session_replication_role;/,
+	'... with how to reset it');
+$node->safe_psql('postgres', q{
+ALTER SYSTEM RESET session_replication_role;
+SELECT pg_reload_conf();
+});
+$node->poll_query_until('postgres',
+	"SELECT current_setting('session_replication_role') = 'origin'")
+  or die 'the configuration was not reloaded';
 is(findings(), '', 'revoked and reset: no rows');
 
 # What slips past with the extension's event triggers disabled.
