@@ -365,6 +365,28 @@ SELECT tgrelid::regclass, tgname, tgfoid::regprocedure FROM pg_trigger
  WHERE tgrelid IN ('own_acc'::regclass, 'own_plain'::regclass, 'trig_app.mine'::regclass)
  ORDER BY 1::text, 2;
 SELECT id, tok, bal FROM own_acc;
+-- The drop guard's catalog queries run with search_path pinned: an
+-- operator planted where the dropper's path looks first (an exact match
+-- for oid = regclass, where pg_catalog's needs a cast) never runs, with
+-- the dropper's rights, in the guard.
+SET ROLE lockfence_trig_app;
+CREATE FUNCTION trig_app.planted_eq(oid, regclass) RETURNS boolean
+LANGUAGE plpgsql
+AS $$ BEGIN RAISE NOTICE 'planted operator ran as %', current_user;
+          RETURN $1 OPERATOR(pg_catalog.=) $2::oid; END $$;
+CREATE OPERATOR trig_app.= (LEFTARG = oid, RIGHTARG = regclass,
+                            FUNCTION = trig_app.planted_eq);
+CREATE FUNCTION trig_app.count(oid) RETURNS bigint LANGUAGE plpgsql
+AS $$ BEGIN RAISE NOTICE 'planted count ran as %', current_user; RETURN 0; END $$;
+RESET ROLE;
+SET search_path = trig_app, public;
+-- (the planted operator does work where a statement names it)
+SELECT 1::oid = 'pg_class'::regclass AS planted_in_reach;
+CREATE TABLE scratch (x int);
+DROP TABLE scratch;
+DROP TABLE own_plain CASCADE;
+RESET search_path;
+CREATE TABLE own_plain (id int);
 -- the owner may replace them (here with the same definition)
 CREATE OR REPLACE TRIGGER zz_lockfence_fence
 BEFORE INSERT OR UPDATE OR DELETE ON own_acc

@@ -157,6 +157,36 @@ oid_list_array(List *oids)
 }
 
 /*
+ * Connect to SPI for the guard's catalog queries, with search_path pinned.
+ * The guard fires in every session that drops something, with that
+ * session's search_path: a role that can create in a schema the path
+ * names ahead of pg_catalog, or an operator of an exact match where
+ * pg_catalog's needs a cast (oid = regclass), would otherwise choose what
+ * runs, with the rights of whoever drops (a superuser's DROP TABLE could
+ * make that role a superuser).  pg_temp is named last so that it is
+ * searched after pg_catalog (it is never searched for functions and
+ * operators).  Returns the GUC nest level for guard_spi_finish.
+ */
+static int
+guard_spi_connect(void)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	SPI_connect();
+	return nestlevel;
+}
+
+static void
+guard_spi_finish(int nestlevel)
+{
+	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
  * What a drop would take with it, computed from pg_depend the way
  * dependency.c does: everything that depends on a doomed object, and the
  * owner of a doomed internal part or extension member (dropping a member
@@ -192,6 +222,7 @@ drop_takes_lockfence(List *classids, List *objids, bool *whole)
 	Datum		values[2];
 	char	   *result = NULL;
 	MemoryContext caller = CurrentMemoryContext;
+	int			nestlevel;
 
 	*whole = false;
 	if (classids == NIL)
@@ -199,7 +230,7 @@ drop_takes_lockfence(List *classids, List *objids, bool *whole)
 	values[0] = oid_list_array(classids);
 	values[1] = oid_list_array(objids);
 
-	SPI_connect();
+	nestlevel = guard_spi_connect();
 	if (SPI_execute_with_args(DOOMED_CTE
 							  "SELECT true, NULL::pg_catalog.text FROM doomed x"
 							  "  JOIN pg_catalog.pg_extension e ON e.oid = x.objid"
@@ -232,7 +263,7 @@ drop_takes_lockfence(List *classids, List *objids, bool *whole)
 										 SPI_getvalue(SPI_tuptable->vals[0],
 													  SPI_tuptable->tupdesc, 2));
 	}
-	SPI_finish();
+	guard_spi_finish(nestlevel);
 	return result;
 }
 
@@ -249,6 +280,7 @@ drop_owned_targets(DropOwnedStmt *stmt, List **classids, List **objids)
 	Datum		values[2];
 	uint64		i;
 	MemoryContext caller = CurrentMemoryContext;
+	int			nestlevel;
 
 	foreach(lc, stmt->roles)
 	{
@@ -262,7 +294,7 @@ drop_owned_targets(DropOwnedStmt *stmt, List **classids, List **objids)
 	values[0] = oid_list_array(roles);
 	values[1] = ObjectIdGetDatum(MyDatabaseId);
 
-	SPI_connect();
+	nestlevel = guard_spi_connect();
 	if (SPI_execute_with_args("SELECT classid, objid FROM pg_catalog.pg_shdepend"
 							  " WHERE refclassid = 'pg_catalog.pg_authid'::pg_catalog.regclass"
 							  "   AND refobjid = ANY ($1) AND dbid = $2 AND deptype = 'o'",
@@ -283,7 +315,7 @@ drop_owned_targets(DropOwnedStmt *stmt, List **classids, List **objids)
 		*objids = lappend_oid(*objids, o);
 		MemoryContextSwitchTo(old);
 	}
-	SPI_finish();
+	guard_spi_finish(nestlevel);
 }
 
 /*
@@ -294,9 +326,10 @@ static int64
 count_protected_tables(char **example)
 {
 	int64		n = 0;
+	int			nestlevel;
 
 	*example = NULL;
-	SPI_connect();
+	nestlevel = guard_spi_connect();
 	if (SPI_execute("SELECT count(DISTINCT t.tgrelid),"
 					"       min(t.tgrelid::pg_catalog.regclass::pg_catalog.text)"
 					"  FROM pg_catalog.pg_trigger t"
@@ -317,7 +350,7 @@ count_protected_tables(char **example)
 										   SPI_getvalue(SPI_tuptable->vals[0],
 														SPI_tuptable->tupdesc, 2));
 	}
-	SPI_finish();
+	guard_spi_finish(nestlevel);
 	return n;
 }
 

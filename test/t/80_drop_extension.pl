@@ -180,7 +180,7 @@ SELECT lockfence.protect('jobs', resource => 'jobs', token_column => 'token');
 my ($l_out, $l_err);
 $node->psql('loose', "\\set VERBOSITY verbose\nDROP FUNCTION lockfence.fence_trigger() CASCADE",
 	stdout => \$l_out, stderr => \$l_err);
-like($l_err, qr/2BP01: cannot drop the lockfence trigger zz_lockfence_fence on table jobs/,
+like($l_err, qr/2BP01: cannot drop the lockfence trigger zz_lockfence_fence on table public.jobs/,
 	'a drop that would remove a lockfence trigger but not its table is refused');
 $node->psql('loose', "\\set VERBOSITY verbose\nINSERT INTO jobs VALUES (1, NULL)",
 	stdout => \$l_out, stderr => \$l_err);
