@@ -1221,6 +1221,46 @@ BEGIN
             'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if the promotion or restore lost nothing, SELECT lockfence.accept_promotion();';
     END IF;
 
+    -- A BEFORE ROW trigger that fires ahead of lockfence's sees the row
+    -- first and may change it, its token included: whoever may replace its
+    -- function can make any write carry a token of their choosing.  Such
+    -- functions should be the table owner's.
+    FOR r IN
+        SELECT tg.tgname, tg.tgrelid::pg_catalog.regclass AS rel,
+               tg.tgfoid::pg_catalog.regprocedure AS fn, fo.rolname AS fowner
+          FROM pg_catalog.pg_trigger tg
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) tg.tgrelid
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) tg.tgfoid
+          JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
+         WHERE tg.tgfoid OPERATOR(pg_catalog.<>) fence_fn
+           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3  -- ROW, BEFORE
+           AND EXISTS (SELECT FROM pg_catalog.pg_trigger f
+                        WHERE f.tgrelid OPERATOR(pg_catalog.=) tg.tgrelid
+                          AND f.tgfoid OPERATOR(pg_catalog.=) fence_fn)
+           AND NOT fo.rolsuper
+           AND NOT pg_catalog.pg_has_role(c.relowner, p.proowner, 'USAGE')
+         ORDER BY 2, 1
+    LOOP
+        RETURN QUERY SELECT 'warning', 'trigger_function_foreign',
+            pg_catalog.format('Trigger %I on %s runs before the fence and executes %s, owned by %I, who does not own the table: replacing the function changes what every write carries, its token included.',
+                              r.tgname, r.rel, r.fn, r.fowner),
+            pg_catalog.format('ALTER FUNCTION %s OWNER TO the table''s owner, or drop the trigger.', r.fn);
+    END LOOP;
+
+    -- pg_write_all_data may write lockfence's own tables, which only
+    -- lockfence's functions write otherwise: a row of lockfence.fences
+    -- moved back or deleted lets the next stale token through.
+    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) INTO roles
+      FROM pg_catalog.pg_roles m
+     WHERE NOT m.rolsuper
+       AND m.rolname OPERATOR(pg_catalog.<>) 'pg_write_all_data'
+       AND pg_catalog.pg_has_role(m.oid, 'pg_write_all_data', 'USAGE');
+    IF roles IS NOT NULL THEN
+        RETURN QUERY SELECT 'warning', 'write_all_data_granted',
+            pg_catalog.format('%s (and members) have the privileges of pg_write_all_data: they may update or delete rows of lockfence.fences, which moves a fence back or removes it, and then a stale token is accepted.', roles),
+            pg_catalog.format('REVOKE pg_write_all_data FROM %s;', roles);
+    END IF;
+
     -- A session with session_replication_role = replica writes without
     -- firing the triggers.  Superusers may set it; so may roles a
     -- superuser let (GRANT SET ON PARAMETER, inherited by their members),

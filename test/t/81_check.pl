@@ -162,6 +162,52 @@ $node->poll_query_until('postgres',
   or die 'the configuration was not reloaded';
 is(findings(), '', 'revoked and reset: no rows');
 
+# pg_write_all_data may write lockfence.fences itself.
+$node->safe_psql('postgres', q{
+CREATE ROLE srr_writer LOGIN;
+GRANT pg_write_all_data TO srr_writer;
+SELECT lockfence.fence('wad', 10);
+});
+$node->safe_psql('postgres',
+	q{SET ROLE srr_writer; UPDATE lockfence.fences SET token = 1 WHERE resource = 'wad'});
+is($node->safe_psql('postgres', q{SELECT lockfence.current_token('wad')}),
+	'1', 'a member of pg_write_all_data moves a fence back');
+is(findings(), 'warning write_all_data_granted', '... which check() reports');
+like(detail_of('write_all_data_granted'),
+	qr/^srr_writer \(and members\) have the privileges of pg_write_all_data: .* \| REVOKE pg_write_all_data FROM srr_writer;$/,
+	'... naming the role and the fix');
+$node->safe_psql('postgres', q{
+DROP ROLE srr_writer;
+SELECT lockfence.reset('wad');
+});
+is(findings(), '', 'the role gone: no rows');
+
+# A BEFORE ROW trigger ahead of the fence whose function another role owns.
+$node->safe_psql('postgres', q{
+CREATE ROLE srr_owner LOGIN;
+CREATE ROLE srr_fn LOGIN;
+CREATE FUNCTION public.srr_stamp() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN RETURN NEW; END $$;
+ALTER FUNCTION public.srr_stamp() OWNER TO srr_fn;
+CREATE TABLE srr_t (id int, tok bigint);
+SELECT lockfence.protect('srr_t', resource => 'srr', token_column => 'tok');
+CREATE TRIGGER aa_stamp BEFORE INSERT OR UPDATE ON srr_t
+    FOR EACH ROW EXECUTE FUNCTION public.srr_stamp();
+ALTER TABLE srr_t OWNER TO srr_owner;
+});
+is(findings(), 'warning trigger_function_foreign',
+	'a trigger ahead of the fence running another role\'s function: a warning');
+like(detail_of('trigger_function_foreign'),
+	qr/^Trigger aa_stamp on public\.srr_t runs before the fence and executes public\.srr_stamp\(\), owned by srr_fn, .* \| ALTER FUNCTION public\.srr_stamp\(\) OWNER TO/,
+	'... naming the trigger, the function and its owner');
+$node->safe_psql('postgres', 'ALTER FUNCTION public.srr_stamp() OWNER TO srr_owner');
+is(findings(), '', 'the function the table owner\'s: no rows');
+$node->safe_psql('postgres', q{
+DROP TABLE srr_t;
+DROP FUNCTION public.srr_stamp();
+DROP ROLE srr_owner, srr_fn;
+});
+
 # What slips past with the extension's event triggers disabled.
 my @evt = split /\n/, $node->safe_psql('postgres', q{
 SELECT evtname FROM pg_event_trigger WHERE evtname LIKE 'lockfence%' ORDER BY 1});
