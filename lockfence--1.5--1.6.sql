@@ -75,24 +75,29 @@ BEGIN
     -- functions should be the table owner's.
     FOR r IN
         SELECT tg.tgname, tg.tgrelid::pg_catalog.regclass AS rel,
-               tg.tgfoid::pg_catalog.regprocedure AS fn, fo.rolname AS fowner
+               tg.tgfoid::pg_catalog.regprocedure AS fn, fo.rolname AS fowner,
+               tow.rolname AS towner
           FROM pg_catalog.pg_trigger tg
           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) tg.tgrelid
+          JOIN pg_catalog.pg_roles tow ON tow.oid OPERATOR(pg_catalog.=) c.relowner
           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) tg.tgfoid
           JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
          WHERE tg.tgfoid OPERATOR(pg_catalog.<>) fence_fn
-           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3  -- ROW, BEFORE
+           AND tg.tgparentid OPERATOR(pg_catalog.=) 0
+           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3   -- ROW, BEFORE
+           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 20) OPERATOR(pg_catalog.<>) 0  -- INSERT or UPDATE
            AND EXISTS (SELECT FROM pg_catalog.pg_trigger f
                         WHERE f.tgrelid OPERATOR(pg_catalog.=) tg.tgrelid
                           AND f.tgfoid OPERATOR(pg_catalog.=) fence_fn)
            AND NOT fo.rolsuper
-           AND NOT pg_catalog.pg_has_role(c.relowner, p.proowner, 'USAGE')
+           AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
+           AND NOT pg_catalog.pg_has_role(p.proowner, c.relowner, 'USAGE')
          ORDER BY 2, 1
     LOOP
         RETURN QUERY SELECT 'warning', 'trigger_function_foreign',
-            pg_catalog.format('Trigger %I on %s runs before the fence and executes %s, owned by %I, who does not own the table: replacing the function changes what every write carries, its token included.',
-                              r.tgname, r.rel, r.fn, r.fowner),
-            pg_catalog.format('ALTER FUNCTION %s OWNER TO the table''s owner, or drop the trigger.', r.fn);
+            pg_catalog.format('Trigger %I on %s runs before the fence and executes %s, owned by %I, who has not the privileges of the table''s owner %I: replacing the function changes what every write carries, its token included.',
+                              r.tgname, r.rel, r.fn, r.fowner, r.towner),
+            pg_catalog.format('ALTER FUNCTION %s OWNER TO %I; (or drop the trigger)', r.fn, r.towner);
     END LOOP;
 
     -- pg_write_all_data may write lockfence's own tables, which only
@@ -102,11 +107,15 @@ BEGIN
       FROM pg_catalog.pg_roles m
      WHERE NOT m.rolsuper
        AND m.rolname OPERATOR(pg_catalog.<>) 'pg_write_all_data'
-       AND pg_catalog.pg_has_role(m.oid, 'pg_write_all_data', 'USAGE');
+       AND pg_catalog.pg_has_role(m.oid, 'pg_write_all_data', 'MEMBER');
     IF roles IS NOT NULL THEN
         RETURN QUERY SELECT 'warning', 'write_all_data_granted',
-            pg_catalog.format('%s (and members) have the privileges of pg_write_all_data: they may update or delete rows of lockfence.fences, which moves a fence back or removes it, and then a stale token is accepted.', roles),
-            pg_catalog.format('REVOKE pg_write_all_data FROM %s;', roles);
+            pg_catalog.format('%s may act as pg_write_all_data: update or delete rows of lockfence.fences, which moves a fence back or removes it, and then a stale token is accepted (and write lockfence.floor_state and lockfence.protected_tables).', roles),
+            (SELECT pg_catalog.format('REVOKE pg_write_all_data FROM %s;',
+                                      pg_catalog.string_agg(pg_catalog.quote_ident(g.rolname), ', ' ORDER BY g.rolname))
+               FROM pg_catalog.pg_auth_members a
+               JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) a.member
+              WHERE a.roleid OPERATOR(pg_catalog.=) 'pg_write_all_data'::pg_catalog.regrole);
     END IF;
 
     -- A session with session_replication_role = replica writes without
@@ -168,7 +177,7 @@ BEGIN
                AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
                             WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')) THEN
             RETURN QUERY SELECT 'error', 'replication_role_default',
-                'Sessions start with session_replication_role = replica (the server''s configuration): their writes skip the triggers of protected tables.',
+                'Sessions start with session_replication_role = replica (as this session did, which no role or database setting explains: the server''s configuration, or the connection''s options): their writes skip the triggers of protected tables.',
                 'ALTER SYSTEM RESET session_replication_role; SELECT pg_catalog.pg_reload_conf(); (and remove it from postgresql.conf or the command line)';
         END IF;
     END IF;

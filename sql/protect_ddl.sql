@@ -376,23 +376,48 @@ AS $$ BEGIN RAISE NOTICE 'planted operator ran as %', current_user;
           RETURN $1 OPERATOR(pg_catalog.=) $2::oid; END $$;
 CREATE OPERATOR trig_app.= (LEFTARG = oid, RIGHTARG = regclass,
                             FUNCTION = trig_app.planted_eq);
-CREATE FUNCTION trig_app.count(oid) RETURNS bigint LANGUAGE plpgsql
+CREATE FUNCTION trig_app.count_step(bigint, oid) RETURNS bigint
+LANGUAGE plpgsql
 AS $$ BEGIN RAISE NOTICE 'planted count ran as %', current_user; RETURN 0; END $$;
+CREATE AGGREGATE trig_app.count(oid) (SFUNC = trig_app.count_step,
+                                      STYPE = bigint, INITCOND = '0');
 RESET ROLE;
 SET search_path = trig_app, public;
--- (the planted operator does work where a statement names it)
+-- (the planted operator and aggregate do run where a statement names them)
 SELECT 1::oid = 'pg_class'::regclass AS planted_in_reach;
+SELECT count(DISTINCT x) AS planted_in_reach FROM (VALUES (1::oid)) AS v(x);
 CREATE TABLE scratch (x int);
 DROP TABLE scratch;
 DROP TABLE own_plain CASCADE;
+DROP EXTENSION lockfence;
+\echo :LAST_ERROR_SQLSTATE
 RESET search_path;
 CREATE TABLE own_plain (id int);
+-- A table protected by hand with one row trigger of another name is
+-- listed: a non-owner's replacement of that trigger is refused too.
+CREATE TABLE own_hand (id int, tok bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON own_hand
+FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=hand', 'token_column=tok');
+SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%own_hand';
+GRANT TRIGGER ON own_hand TO lockfence_trig_app;
+SET ROLE lockfence_trig_app;
+CREATE OR REPLACE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON own_hand
+FOR EACH ROW EXECUTE FUNCTION trig_app.pass();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT tgname, tgfoid::regprocedure FROM pg_trigger
+ WHERE tgrelid = 'own_hand'::regclass;
+DROP TABLE own_hand;
 -- the owner may replace them (here with the same definition)
 CREATE OR REPLACE TRIGGER zz_lockfence_fence
 BEFORE INSERT OR UPDATE OR DELETE ON own_acc
 FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=tenant', 'token_column=tok');
 SELECT lockfence.unprotect('trig_app.mine');
-DROP SCHEMA trig_app CASCADE;
+-- DROP OWNED runs the guard's query for the role's objects, under the
+-- planted path too
+SET search_path = trig_app, public;
+DROP OWNED BY lockfence_trig_app;
+RESET search_path;
 DROP TABLE own_acc, own_plain;
 REVOKE ALL ON SCHEMA lockfence FROM lockfence_trig_app;
 SELECT lockfence.revoke_usage('lockfence_trig_app');
