@@ -402,6 +402,7 @@ BEGIN
         SELECT v.evtname, v.want, e.evtenabled
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
+                       ('lockfence_check_trigger_owners', 'A'),
                        ('lockfence_forget_dropped_tables', 'A'),
                        ('lockfence_guard_drop', 'A'),
                        ('lockfence_track_protected_tables', 'A')) AS v(evtname, want)
@@ -496,15 +497,16 @@ BEGIN
 END
 $$;
 
--- Only the owner of a protected table may create or replace its triggers.
-CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
+-- Only the owner of a protected table may create or replace its triggers:
+-- an event trigger of its own, enabled ALWAYS, so that a session with
+-- session_replication_role = replica cannot leave a replaced trigger
+-- behind for every other session.
+CREATE FUNCTION lockfence.check_trigger_owners()
 RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tg oid;
-    rel oid;
     foreign_trigger record;
 BEGIN
     -- Only the owner of a protected table may create or replace its
@@ -534,57 +536,14 @@ BEGIN
                                              current_user, foreign_trigger.tgname),
                   HINT = 'Create the trigger as the table''s owner.';
     END LOOP;
-
-    FOR tg IN
-        SELECT t.oid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-    LOOP
-        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
-            PERFORM lockfence.check_trigger(tg);
-        ELSE
-            -- A restore (pg_dump and pg_restore set check_function_bodies =
-            -- off) recreates the trigger as it was, even a broken one: it
-            -- refuses every write, as it did in the source, where the table
-            -- without it would accept any.  lockfence.check() reports it.
-            -- Not a trigger of the wrong shape (a WHEN condition, a column
-            -- list, not BEFORE, an event missing, a statement trigger other
-            -- than TRUNCATE): it would not fire for some writes, and no
-            -- source could have had it (it was refused there).
-            IF NOT EXISTS (
-                SELECT FROM pg_catalog.pg_trigger t
-                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
-                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
-                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
-                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
-                PERFORM lockfence.check_trigger(tg);
-            END IF;
-            BEGIN
-                PERFORM lockfence.check_trigger(tg);
-            EXCEPTION WHEN OTHERS THEN
-                RAISE WARNING '%', SQLERRM
-                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
-                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
-            END;
-        END IF;
-    END LOOP;
-
-    FOR rel IN
-        SELECT DISTINCT c.objid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND c.objsubid = 0
-           AND r.relkind IN ('r', 'p', 'f')
-    LOOP
-        PERFORM lockfence.cover_descendants(rel);
-    END LOOP;
-
-    PERFORM lockfence.check_alter_table();
 END
 $$;
+
+CREATE EVENT TRIGGER lockfence_check_trigger_owners ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER', 'CREATE SCHEMA')
+    EXECUTE FUNCTION lockfence.check_trigger_owners();
+
+ALTER EVENT TRIGGER lockfence_check_trigger_owners ENABLE ALWAYS;
 
 -- The DDL event trigger also looks at ALTER FOREIGN TABLE (which can
 -- INHERIT a protected table) and at CREATE SCHEMA (whose CREATE TABLE

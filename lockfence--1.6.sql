@@ -616,36 +616,7 @@ AS $$
 DECLARE
     tg oid;
     rel oid;
-    foreign_trigger record;
 BEGIN
-    -- Only the owner of a protected table may create or replace its
-    -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
-    -- privilege (which GRANT ALL gives) and keeps the name: lockfence's
-    -- trigger pointed at another function lets every write through.  A
-    -- table is protected when it has a lockfence trigger, or is listed
-    -- (its last one may be the trigger just replaced), and lockfence's
-    -- trigger names are the owner's on any table.
-    FOR foreign_trigger IN
-        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS rel
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-          JOIN pg_catalog.pg_class AS k ON k.oid = t.tgrelid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
-           AND (t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate')
-                OR EXISTS (SELECT FROM pg_catalog.pg_trigger AS f
-                            WHERE f.tgrelid = t.tgrelid
-                              AND f.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure)
-                OR EXISTS (SELECT FROM lockfence.protected_tables AS p
-                            WHERE lockfence.protected_table_oid(p.tbl) = t.tgrelid))
-    LOOP
-        RAISE EXCEPTION 'only the owner of protected table % may create or replace its triggers', foreign_trigger.rel
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = pg_catalog.format('Role %I, which does not own the table, created or replaced trigger %I: a lockfence trigger replaced by another would let writes through unfenced.',
-                                             current_user, foreign_trigger.tgname),
-                  HINT = 'Create the trigger as the table''s owner.';
-    END LOOP;
-
     FOR tg IN
         SELECT t.oid
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
@@ -705,6 +676,54 @@ CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
                  'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
                  'CREATE SCHEMA', 'ALTER TYPE')
     EXECUTE FUNCTION lockfence.check_new_triggers();
+
+-- Only the owner of a protected table may create or replace its triggers:
+-- an event trigger of its own, enabled ALWAYS, so that a session with
+-- session_replication_role = replica cannot leave a replaced trigger
+-- behind for every other session.
+CREATE FUNCTION lockfence.check_trigger_owners()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    foreign_trigger record;
+BEGIN
+    -- Only the owner of a protected table may create or replace its
+    -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
+    -- privilege (which GRANT ALL gives) and keeps the name: lockfence's
+    -- trigger pointed at another function lets every write through.  A
+    -- table is protected when it has a lockfence trigger, or is listed
+    -- (its last one may be the trigger just replaced), and lockfence's
+    -- trigger names are the owner's on any table.
+    FOR foreign_trigger IN
+        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS rel
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+          JOIN pg_catalog.pg_class AS k ON k.oid = t.tgrelid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
+           AND (t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate')
+                OR EXISTS (SELECT FROM pg_catalog.pg_trigger AS f
+                            WHERE f.tgrelid = t.tgrelid
+                              AND f.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure)
+                OR EXISTS (SELECT FROM lockfence.protected_tables AS p
+                            WHERE lockfence.protected_table_oid(p.tbl) = t.tgrelid))
+    LOOP
+        RAISE EXCEPTION 'only the owner of protected table % may create or replace its triggers', foreign_trigger.rel
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Role %I, which does not own the table, created or replaced trigger %I: a lockfence trigger replaced by another would let writes through unfenced.',
+                                             current_user, foreign_trigger.tgname),
+                  HINT = 'Create the trigger as the table''s owner.';
+    END LOOP;
+END
+$$;
+
+CREATE EVENT TRIGGER lockfence_check_trigger_owners ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER', 'CREATE SCHEMA')
+    EXECUTE FUNCTION lockfence.check_trigger_owners();
+
+ALTER EVENT TRIGGER lockfence_check_trigger_owners ENABLE ALWAYS;
 
 -- Protect a table: the row trigger and the TRUNCATE trigger (which lets a
 -- TRUNCATE through only for a fixed resource the transaction fenced), named
@@ -1554,6 +1573,7 @@ BEGIN
         SELECT v.evtname, v.want, e.evtenabled
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
+                       ('lockfence_check_trigger_owners', 'A'),
                        ('lockfence_forget_dropped_tables', 'A'),
                        ('lockfence_guard_drop', 'A'),
                        ('lockfence_track_protected_tables', 'A')) AS v(evtname, want)

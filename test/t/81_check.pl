@@ -95,6 +95,24 @@ INSERT INTO jobs VALUES (99, NULL);
 });
 is($node->safe_psql('postgres', 'SELECT count(*) FROM jobs WHERE id = 99'),
 	'1', 'a role granted SET on session_replication_role writes without a token');
+# ... but in such a session it still may not replace the trigger for the
+# sessions that follow (the owner rule's event trigger fires ALWAYS)
+$node->safe_psql('postgres', 'GRANT TRIGGER ON jobs TO srr_app');
+my ($srr_out, $srr_err);
+$node->psql('postgres', q{
+SET ROLE srr_app;
+SET session_replication_role = replica;
+CREATE FUNCTION pg_temp.srr_pass() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN RETURN NEW; END $$;
+CREATE OR REPLACE TRIGGER zz_lockfence_fence BEFORE INSERT OR UPDATE OR DELETE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.srr_pass();
+}, stdout => \$srr_out, stderr => \$srr_err, on_error_stop => 1);
+like($srr_err, qr/only the owner of protected table public\.jobs may create or replace its triggers/,
+	'... nor, in a replica session, replace the fence trigger');
+is($node->safe_psql('postgres',
+		q{SELECT tgfoid::regprocedure FROM pg_trigger WHERE tgrelid = 'jobs'::regclass AND tgname = 'zz_lockfence_fence'}),
+	'lockfence.fence_trigger()', '... which stays');
+$node->safe_psql('postgres', 'REVOKE TRIGGER ON jobs FROM srr_app');
 $node->safe_psql('postgres',
 	'SET session_replication_role = replica; DELETE FROM jobs WHERE id = 99; REVOKE INSERT ON jobs FROM srr_app');
 is(findings(), 'warning replication_role_granted',
