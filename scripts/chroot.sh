@@ -241,8 +241,11 @@ chroot_leave() {
 # Run a command inside the entered chroot, in the background and waited
 # for, so that the caller's INT/TERM trap runs at once.
 chroot_exec() {
+	# (the run inside is part of the caller's, which holds the run lock:
+	# scripts/run-lock.sh)
 	chroot "$CHROOT_ROOT" env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		LANG=C.UTF-8 HOME=/root TERM="${TERM:-dumb}" "$@" &
+		LANG=C.UTF-8 HOME=/root TERM="${TERM:-dumb}" \
+		LOCKFENCE_RUN_LOCK_HELD="${LOCKFENCE_RUN_LOCK_HELD:-}" "$@" &
 	CHROOT_CHILD=$!
 	wait "$CHROOT_CHILD"
 	local rc=$?
