@@ -677,54 +677,6 @@ CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
                  'CREATE SCHEMA', 'ALTER TYPE')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
--- Only the owner of a protected table may create or replace its triggers:
--- an event trigger of its own, enabled ALWAYS, so that a session with
--- session_replication_role = replica cannot leave a replaced trigger
--- behind for every other session.
-CREATE FUNCTION lockfence.check_trigger_owners()
-RETURNS event_trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    foreign_trigger record;
-BEGIN
-    -- Only the owner of a protected table may create or replace its
-    -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
-    -- privilege (which GRANT ALL gives) and keeps the name: lockfence's
-    -- trigger pointed at another function lets every write through.  A
-    -- table is protected when it has a lockfence trigger, or is listed
-    -- (its last one may be the trigger just replaced), and lockfence's
-    -- trigger names are the owner's on any table.
-    FOR foreign_trigger IN
-        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS rel
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-          JOIN pg_catalog.pg_class AS k ON k.oid = t.tgrelid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
-           AND (t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate')
-                OR EXISTS (SELECT FROM pg_catalog.pg_trigger AS f
-                            WHERE f.tgrelid = t.tgrelid
-                              AND f.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure)
-                OR EXISTS (SELECT FROM lockfence.protected_tables AS p
-                            WHERE lockfence.protected_table_oid(p.tbl) = t.tgrelid))
-    LOOP
-        RAISE EXCEPTION 'only the owner of protected table % may create or replace its triggers', foreign_trigger.rel
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = pg_catalog.format('Role %I, which does not own the table, created or replaced trigger %I: a lockfence trigger replaced by another would let writes through unfenced.',
-                                             current_user, foreign_trigger.tgname),
-                  HINT = 'Create the trigger as the table''s owner.';
-    END LOOP;
-END
-$$;
-
-CREATE EVENT TRIGGER lockfence_check_trigger_owners ON ddl_command_end
-    WHEN TAG IN ('CREATE TRIGGER', 'CREATE SCHEMA')
-    EXECUTE FUNCTION lockfence.check_trigger_owners();
-
-ALTER EVENT TRIGGER lockfence_check_trigger_owners ENABLE ALWAYS;
-
 -- Protect a table: the row trigger and the TRUNCATE trigger (which lets a
 -- TRUNCATE through only for a fixed resource the transaction fenced), named
 -- so that they fire after the table's other BEFORE triggers.
@@ -1197,7 +1149,6 @@ DECLARE
     st record;
     citus_coordinator boolean;
     citus_shards oid[] := '{}';
-    roles text;
 BEGIN
     -- On a Citus node, shards are tables too: Citus hides them from this
     -- session's catalog queries unless told not to, and does not copy a
@@ -1238,119 +1189,6 @@ BEGIN
                               fs.system_identifier, fs.timeline,
                               coalesce(fs.recorded_system_identifier::text, 'none'), coalesce(fs.recorded_timeline::text, 'none')),
             'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if the promotion or restore lost nothing, SELECT lockfence.accept_promotion();';
-    END IF;
-
-    -- A BEFORE ROW trigger that fires ahead of lockfence's sees the row
-    -- first and may change it, its token included: whoever may replace its
-    -- function can make any write carry a token of their choosing.  Such
-    -- functions should be the table owner's.
-    FOR r IN
-        SELECT tg.tgname, tg.tgrelid::pg_catalog.regclass AS rel,
-               tg.tgfoid::pg_catalog.regprocedure AS fn, fo.rolname AS fowner,
-               tow.rolname AS towner
-          FROM pg_catalog.pg_trigger tg
-          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) tg.tgrelid
-          JOIN pg_catalog.pg_roles tow ON tow.oid OPERATOR(pg_catalog.=) c.relowner
-          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) tg.tgfoid
-          JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
-         WHERE tg.tgfoid OPERATOR(pg_catalog.<>) fence_fn
-           AND tg.tgparentid OPERATOR(pg_catalog.=) 0
-           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3   -- ROW, BEFORE
-           AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 20) OPERATOR(pg_catalog.<>) 0  -- INSERT or UPDATE
-           AND EXISTS (SELECT FROM pg_catalog.pg_trigger f
-                        WHERE f.tgrelid OPERATOR(pg_catalog.=) tg.tgrelid
-                          AND f.tgfoid OPERATOR(pg_catalog.=) fence_fn)
-           AND NOT fo.rolsuper
-           AND p.proowner OPERATOR(pg_catalog.<>) c.relowner
-           AND NOT pg_catalog.pg_has_role(p.proowner, c.relowner, 'USAGE')
-         ORDER BY 2, 1
-    LOOP
-        RETURN QUERY SELECT 'warning', 'trigger_function_foreign',
-            pg_catalog.format('Trigger %I on %s runs before the fence and executes %s, owned by %I, who has not the privileges of the table''s owner %I: replacing the function changes what every write carries, its token included.',
-                              r.tgname, r.rel, r.fn, r.fowner, r.towner),
-            pg_catalog.format('ALTER FUNCTION %s OWNER TO %I; (or drop the trigger)', r.fn, r.towner);
-    END LOOP;
-
-    -- pg_write_all_data may write lockfence's own tables, which only
-    -- lockfence's functions write otherwise: a row of lockfence.fences
-    -- moved back or deleted lets the next stale token through.
-    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) INTO roles
-      FROM pg_catalog.pg_roles m
-     WHERE NOT m.rolsuper
-       AND m.rolname OPERATOR(pg_catalog.<>) 'pg_write_all_data'
-       AND pg_catalog.pg_has_role(m.oid, 'pg_write_all_data', 'MEMBER');
-    IF roles IS NOT NULL THEN
-        RETURN QUERY SELECT 'warning', 'write_all_data_granted',
-            pg_catalog.format('%s may act as pg_write_all_data: update or delete rows of lockfence.fences, which moves a fence back or removes it, and then a stale token is accepted (and write lockfence.floor_state and lockfence.protected_tables).', roles),
-            (SELECT pg_catalog.format('REVOKE pg_write_all_data FROM %s;',
-                                      pg_catalog.string_agg(pg_catalog.quote_ident(g.rolname), ', ' ORDER BY g.rolname))
-               FROM pg_catalog.pg_auth_members a
-               JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) a.member
-              WHERE a.roleid OPERATOR(pg_catalog.=) 'pg_write_all_data'::pg_catalog.regrole);
-    END IF;
-
-    -- A session with session_replication_role = replica writes without
-    -- firing the triggers.  Superusers may set it; so may roles a
-    -- superuser let (GRANT SET ON PARAMETER, inherited by their members),
-    -- and a role or database setting starts every session that way.
-    IF EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgfoid OPERATOR(pg_catalog.=) fence_fn) THEN
-        SELECT pg_catalog.string_agg(g.name, ', ' ORDER BY g.name) INTO roles
-          FROM (SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                                     ELSE pg_catalog.quote_ident(ro.rolname) END AS name
-                  FROM pg_catalog.pg_parameter_acl p
-                 CROSS JOIN LATERAL pg_catalog.aclexplode(p.paracl) a
-                  LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) a.grantee
-                 WHERE p.parname OPERATOR(pg_catalog.=) 'session_replication_role'
-                   AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{SET,ALTER SYSTEM}')
-                   AND NOT coalesce(ro.rolsuper, false)) g;
-        IF roles IS NOT NULL THEN
-            RETURN QUERY SELECT 'warning', 'replication_role_granted',
-                pg_catalog.format('%s (and members) may SET session_replication_role, or ALTER SYSTEM it: their writes in a session with it set to replica skip the triggers of protected tables.', roles),
-                pg_catalog.format('REVOKE SET, ALTER SYSTEM ON PARAMETER session_replication_role FROM %s CASCADE;', roles);
-        END IF;
-        FOR r IN
-            SELECT s.setrole, ro.rolname, s.setdatabase, d.datname
-              FROM pg_catalog.pg_db_role_setting s
-              LEFT JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) s.setrole
-              LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.setdatabase
-             WHERE (s.setdatabase OPERATOR(pg_catalog.=) 0 OR d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-               AND (s.setrole OPERATOR(pg_catalog.=) 0 OR ro.rolcanlogin)
-               AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
-                            WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')
-             ORDER BY 2, 4
-        LOOP
-            RETURN QUERY SELECT 'error', 'replication_role_default',
-                pg_catalog.format('Sessions of %s in %s start with session_replication_role = replica: their writes skip the triggers of protected tables.',
-                                  CASE WHEN r.setrole OPERATOR(pg_catalog.=) 0 THEN 'every role'
-                                       ELSE 'role ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname) END,
-                                  CASE WHEN r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'every database'
-                                       ELSE 'database ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname) END),
-                pg_catalog.format('ALTER %s RESET session_replication_role;',
-                                  CASE WHEN r.setrole OPERATOR(pg_catalog.=) 0 AND r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'ROLE ALL'
-                                       WHEN r.setrole OPERATOR(pg_catalog.=) 0 THEN 'DATABASE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname)
-                                       WHEN r.setdatabase OPERATOR(pg_catalog.=) 0 THEN 'ROLE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname)
-                                       ELSE 'ROLE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.rolname)
-                                            OPERATOR(pg_catalog.||) ' IN DATABASE ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.datname) END);
-        END LOOP;
-        -- the server's configuration (postgresql.conf, ALTER SYSTEM, -c):
-        -- what this session started with, unless a setting of this role or
-        -- database (reported above) explains it
-        IF EXISTS (
-            SELECT FROM pg_catalog.pg_settings
-             WHERE name OPERATOR(pg_catalog.=) 'session_replication_role'
-               AND pg_catalog.lower(reset_val) OPERATOR(pg_catalog.=) 'replica')
-           AND NOT EXISTS (
-            SELECT FROM pg_catalog.pg_db_role_setting s
-             WHERE s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0, (SELECT oid FROM pg_catalog.pg_roles
-                                                                  WHERE rolname OPERATOR(pg_catalog.=) session_user)])
-               AND s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0, (SELECT oid FROM pg_catalog.pg_database
-                                                                      WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
-               AND EXISTS (SELECT FROM pg_catalog.unnest(s.setconfig) c
-                            WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')) THEN
-            RETURN QUERY SELECT 'error', 'replication_role_default',
-                'Sessions start with session_replication_role = replica (as this session did, which no role or database setting explains: the server''s configuration, or the connection''s options): their writes skip the triggers of protected tables.',
-                'ALTER SYSTEM RESET session_replication_role; SELECT pg_catalog.pg_reload_conf(); (and remove it from postgresql.conf or the command line)';
-        END IF;
     END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN
@@ -1573,7 +1411,6 @@ BEGIN
         SELECT v.evtname, v.want, e.evtenabled
           FROM (VALUES ('lockfence_check_new_triggers', 'O'),
                        ('lockfence_check_publications', 'A'),
-                       ('lockfence_check_trigger_owners', 'A'),
                        ('lockfence_forget_dropped_tables', 'A'),
                        ('lockfence_guard_drop', 'A'),
                        ('lockfence_track_protected_tables', 'A')) AS v(evtname, want)
