@@ -167,7 +167,12 @@ SELECT count(*) FILTER (WHERE outcome = 'accepted'),
   FROM verdicts});
 my ($accepted, $rejected, $errors, $stale_rows) = split /\|/, $stale;
 is($accepted + $stale_rows, 0, 'wrong acceptances: 0 (no stale token accepted, no stale row written)');
-is($rejected, $stale_txns, 'every stale transaction was rejected');
+# As for the honest rows above: a stale transaction in flight when -T
+# expires commits its verdict without being counted (CI on 2026-12-06
+# had 8378 verdicts for 8377 counted), so count within that bound.
+cmp_ok($rejected, '>=', $stale_txns, 'every stale transaction was rejected');
+cmp_ok($rejected - $stale_txns, '<=', $clients,
+	'... and no more verdicts than transactions, but for those in flight at the end');
 is($errors, 0, 'no stale attempt failed with anything but a lockfence SQLSTATE');
 note $node->safe_psql('postgres',
 	"SELECT string_agg(kind || '=' || n, ' ') FROM (SELECT kind, count(*) n FROM verdicts GROUP BY 1 ORDER BY 1) v");
