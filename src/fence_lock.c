@@ -23,6 +23,14 @@
  * prepared transaction (lock.c, AtPrepare_Locks), and crash recovery or the
  * promotion of a standby gives it back to the recovered prepared
  * transaction (lock_twophase_recover) before connections are accepted.
+ * It is owned by the current (sub)transaction's resource owner, not by
+ * CurrentResourceOwner: a fence() evaluated by a cursor's FETCH runs under
+ * the cursor's portal owner, and a later FETCH of that cursor that fails
+ * inside a savepoint makes ROLLBACK TO release everything that owner
+ * holds, the lock of the earlier, successful fence() included, while the
+ * transaction's fence cache (which, like the lock, follows the
+ * subtransaction that fenced) still counts the resource as fenced; an
+ * advance would then commit beside this transaction's writes.
  *
  * The tag is an advisory tag of the current database whose fourth field is
  * LOCKFENCE_LOCKTAG_FIELD4, a value pg_advisory_lock() never uses (it uses
@@ -48,6 +56,7 @@
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 
 #include "compat.h"
 #include "fence_lock.h"
@@ -81,9 +90,16 @@ fence_lock_acquire(const char *resource, LOCKMODE mode, bool wait)
 {
 	LOCKTAG		tag;
 
+	ResourceOwner save_owner = CurrentResourceOwner;
+	LockAcquireResult result;
+
 	Assert(mode == ShareLock || mode == ExclusiveLock);
 	fence_lock_tag(&tag, resource);
-	return LockAcquire(&tag, mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	/* an error leaves the owner to the (sub)transaction's abort to reset */
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	result = LockAcquire(&tag, mode, false, !wait);
+	CurrentResourceOwner = save_owner;
+	return result != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
@@ -97,8 +113,15 @@ fence_lock_release(const char *resource, LOCKMODE mode)
 {
 	LOCKTAG		tag;
 
+	ResourceOwner save_owner = CurrentResourceOwner;
+	bool		released;
+
 	fence_lock_tag(&tag, resource);
-	if (!LockRelease(&tag, mode, false))
+	/* the owner fence_lock_acquire() gave it */
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	released = LockRelease(&tag, mode, false);
+	CurrentResourceOwner = save_owner;
+	if (!released)
 		elog(ERROR, "lockfence resource lock for \"%s\" was not held",
 			 resource);
 }
