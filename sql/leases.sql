@@ -83,6 +83,13 @@ SELECT lockfence.fence('jobs', 1, 'w');
 ROLLBACK;
 UPDATE jobs SET state = 'done';
 
+-- a row token of a released (or expired) lease is refused as such (LF003),
+-- not as a token to fence first (LF002), which would fail the same way
+CREATE TABLE tokened (id int, token bigint);
+SELECT lockfence.protect('tokened', resource => 'jobs', token_column => 'token');
+INSERT INTO tokened VALUES (1, 1);
+DROP TABLE tokened;
+
 -- bad arguments
 SELECT * FROM lockfence.lease_acquire(NULL, '1 minute');
 SELECT * FROM lockfence.lease_acquire('', '1 minute');
@@ -173,4 +180,21 @@ SELECT p.oid::regprocedure, has_function_privilege('public', p.oid, 'EXECUTE') A
    AND p.proname LIKE 'lease%' ORDER BY 1;
 
 DROP TABLE jobs;
+
+-- end the leases still held (a drop refuses them, 55006: created again,
+-- the extension would grant their tokens again)
+SELECT lockfence.lease_release(resource, token) FROM lockfence.fences
+ WHERE lease_expires_at IS NOT NULL \g /dev/null
+
+-- dropping the extension while a lease is held is refused (55006), as
+-- reset() of its name is: created again, it would grant the same token to
+-- another holder within the lease; released, it drops
+SELECT token AS dx_token FROM lockfence.lease_acquire('dx', '1 hour', 'a') \gset
+\set VERBOSITY terse
+DROP EXTENSION lockfence;
+\echo :LAST_ERROR_SQLSTATE
+DROP SCHEMA lockfence CASCADE;
+\set VERBOSITY default
+SELECT count(*) FROM lockfence.fences WHERE resource = 'dx' AND lease_expires_at > now();
+SELECT lockfence.lease_release('dx', :dx_token);
 DROP EXTENSION lockfence;

@@ -355,6 +355,46 @@ count_protected_tables(char **example)
 }
 
 /*
+ * Count the leases that are held (unexpired), and name one of them.  A
+ * database at an SQL version without leases, or without the table (a
+ * member removed from the extension), has none.
+ */
+static int64
+count_held_leases(char **example)
+{
+	Oid			nsp = lockfence_schema_oid();
+	Oid			fences;
+	int64		n = 0;
+	int			nestlevel;
+
+	*example = NULL;
+	fences = OidIsValid(nsp) ? get_relname_relid("fences", nsp) : InvalidOid;
+	if (!OidIsValid(fences) ||
+		get_attnum(fences, "lease_expires_at") == InvalidAttrNumber)
+		return 0;
+
+	nestlevel = guard_spi_connect();
+	if (SPI_execute("SELECT count(*), min(resource)"
+					"  FROM lockfence.fences"
+					" WHERE lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the leases held in lockfence.fences");
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		n = isnull ? 0 : DatumGetInt64(d);
+		if (n > 0)
+			*example = MemoryContextStrdup(TopTransactionContext,
+										   SPI_getvalue(SPI_tuptable->vals[0],
+														SPI_tuptable->tupdesc, 2));
+	}
+	guard_spi_finish(nestlevel);
+	return n;
+}
+
+/*
  * Refuse to rename the extension's schema: its functions name it.
  */
 static void
@@ -401,8 +441,8 @@ guard_member_removal(AlterExtensionContentsStmt *stmt)
 
 /*
  * Refuse a DROP or DROP OWNED that would drop a lockfence trigger of a
- * table it does not drop, or, with CASCADE, the extension while tables
- * are protected.  Other statements are let through.
+ * table it does not drop, or the extension while tables are protected or
+ * leases held.  Other statements are let through.
  */
 static void
 guard_drop_statement(Node *parsetree)
@@ -445,6 +485,24 @@ guard_drop_statement(Node *parsetree)
 				 errhint("Run SELECT lockfence.unprotect(tbl) for each protected table first, "
 						 "or SET lockfence.allow_drop_protected = on and drop with CASCADE to drop the protections "
 						 "with the extension.")));
+
+	/*
+	 * A held lease's token would be granted again after CREATE EXTENSION,
+	 * to another holder, while the first still holds it: what reset()
+	 * refuses for one name.
+	 */
+	n = count_held_leases(&example);
+	if (n > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg_plural("cannot drop lockfence while %lld lease is held",
+							   "cannot drop lockfence while %lld leases are held",
+							   n, (long long) n),
+				 errdetail("The lease of \"%s\" is held.  Creating the extension again would grant "
+						   "its token again, to another holder, before the lease ends.",
+						   example),
+				 errhint("End the leases with lockfence.lease_release(name, token) or let them expire, "
+						 "or SET lockfence.allow_drop_protected = on.")));
 }
 
 /*
@@ -454,8 +512,9 @@ guard_drop_statement(Node *parsetree)
  *
  * A drop is refused when, with CASCADE, it would drop the extension while
  * tables are protected (DROP EXTENSION lockfence, DROP SCHEMA of its schema
- * under any name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...), or
- * a lockfence trigger of a table it does not drop.  Whether it would is
+ * under any name, DROP EXTENSION plpgsql, DROP OWNED BY its owner, ...),
+ * or a lockfence trigger of a table it does not drop; and a drop of the
+ * extension while a lease is held.  Whether it would is
  * computed from pg_depend before anything is dropped; an event trigger on
  * sql_drop could not do it, since it is dropped with the extension before
  * it would fire.  Objects of other kinds (triggers, indexes, ...) are let

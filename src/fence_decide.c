@@ -45,8 +45,9 @@ fence_holders_conflict(const char *recorded, const char *presented)
  * *row).  With must_advance (a token the trigger found in a row, which may
  * be a copy), an equal token is refused as FENCE_NOT_ADVANCED.
  *
- * A holder conflict is reported before a missing advance: it is the same
- * verdict fence() gives for that token.  A name without a row takes its
+ * A holder conflict and a lease that ended are reported before a missing
+ * advance: they are the verdicts fence() gives for that token, and
+ * fencing first, which a missing advance asks for, would not help.  A name without a row takes its
  * first token only at or above the failover floor.
  */
 FenceAction
@@ -79,10 +80,10 @@ fence_decide(const FenceRow *row, int64 token, const char *holder,
 	}
 	else if (fence_holders_conflict(row->holder, holder))
 		outcome->verdict = FENCE_HOLDER_CONFLICT;
-	else if (must_advance)
-		outcome->verdict = FENCE_NOT_ADVANCED;
 	else if (row->leased && row->lease_expires_at <= GetCurrentTimestamp())
 		outcome->verdict = FENCE_LEASE_LOST;
+	else if (must_advance)
+		outcome->verdict = FENCE_NOT_ADVANCED;
 	else
 	{
 		outcome->verdict = FENCE_ACCEPTED;
