@@ -39,26 +39,38 @@ print $fh "\"$user\" \"\"\n";
 close $fh;
 my $host = $node->host;
 my $port = $node->port;
-open $fh, '>', "$dir/pgbouncer.ini" or die $!;
-print $fh join("\n",
-	'[databases]',
-	"postgres = host=$host port=$port dbname=postgres user=$user",
-	'',
-	'[pgbouncer]',
-	'listen_addr = 127.0.0.1',
-	"listen_port = $bport",
-	'unix_socket_dir =',
-	'auth_type = any',
-	"auth_file = $dir/userlist.txt",
-	'pool_mode = transaction',
-	'default_pool_size = 2',
-	'max_client_conn = 20',
-	'server_lifetime = 3',
-	'server_idle_timeout = 0',
-	"logfile = $dir/pgbouncer.log",
-	"pidfile = $dir/pgbouncer.pid",
-	'');
-close $fh;
+# pgbouncer.ini with server_lifetime = $lifetime (seconds).  It is 3 s only
+# for the server_lifetime section: before it, a pooled server retired for
+# its age would take the session-scoped lock of the disconnect section
+# with it (its backend exits and revokes the lease), and that check waits
+# 2 s after the server was connected, close to 3 s on a loaded machine.
+sub write_ini
+{
+	my ($lifetime) = @_;
+	open my $fh, '>', "$dir/pgbouncer.ini" or die $!;
+	print $fh join("\n",
+		'[databases]',
+		"postgres = host=$host port=$port dbname=postgres user=$user",
+		'',
+		'[pgbouncer]',
+		'listen_addr = 127.0.0.1',
+		"listen_port = $bport",
+		'unix_socket_dir =',
+		'auth_type = any',
+		"auth_file = $dir/userlist.txt",
+		'pool_mode = transaction',
+		'default_pool_size = 2',
+		'max_client_conn = 20',
+		"server_lifetime = $lifetime",
+		'server_idle_timeout = 0',
+		"admin_users = $user",
+		"logfile = $dir/pgbouncer.log",
+		"pidfile = $dir/pgbouncer.pid",
+		'');
+	close $fh;
+	return;
+}
+write_ini(3600);
 system('/usr/sbin/pgbouncer', '-d', "$dir/pgbouncer.ini") == 0
   or die "pgbouncer did not start";
 END
@@ -103,6 +115,12 @@ is(held('bx2/'), 1, 'a session-scoped lock outlives its pooled client (the serve
 $etcd->etcdctl('del', '--prefix', 'bx2/');
 
 # --- server_lifetime ---------------------------------------------------------
+# now 3 s: RELOAD on the admin console rereads the file before it answers
+write_ini(3);
+is(system("$psql -XAtq -h 127.0.0.1 -p $bport -d pgbouncer -c RELOAD >/dev/null"), 0,
+	'pgbouncer reloaded its configuration');
+like(`$psql -XAtq -h 127.0.0.1 -p $bport -d pgbouncer -c 'SHOW CONFIG'`,
+	qr/^server_lifetime\|3\|/m, '... with server_lifetime = 3');
 my $c = client();
 $c->query_safe('BEGIN');
 $c->query_safe("SELECT key FROM lockfence.etcd_lock('bx3', 30, scope => 'transaction')");
