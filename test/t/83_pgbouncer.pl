@@ -131,10 +131,21 @@ SELECT CASE :how WHEN 1 THEN stale_write('res' || :r, :cur - :back, 'old_row')
 END;
 EOF
 
+# One thread (-j 1): pgbench adds each transaction to its script's count
+# (accumStats on sql_script[].stats in processXactStats) with no lock ("XXX
+# could use a mutex here, but we choose not to" in pgbench.c), so with
+# several threads increments are lost and the per-script counts come out
+# low (with -j 2 here: 8377 stale transactions counted for 8378 verdicts
+# committed; a local run: 56081 counted for 56100 rows, while the total
+# over the threads, kept per thread, was exact).  One thread is enough to
+# drive 8 clients through a pooler of 2 server connections.  A transaction
+# in flight when -T expires runs to its end and is counted (pgbench checks
+# the timer only once a transaction ended), so with -j 1 the counts are
+# exact.
 my ($bench_out, $bench_err);
 my $bench_ok = IPC::Run::run(
 	[
-		'pgbench', '-n', @conn, '-c', $clients, '-j', 2, '-T', $duration,
+		'pgbench', '-n', @conn, '-c', $clients, '-j', 1, '-T', $duration,
 		'-f', "$dir/honest.sql\@3", '-f', "$dir/stale.sql\@1", 'postgres'
 	],
 	'>', \$bench_out, '2>', \$bench_err);
@@ -152,12 +163,9 @@ cmp_ok($stale_txns, '>', 30, 'stale transactions ran');
 
 my $honest_rows = $node->safe_psql('postgres', "SELECT count(*) FROM writes WHERE kind = 'honest'");
 # A wrong rejection would raise in an honest transaction and abort its
-# client (checked above).  pgbench leaves out of its count the transactions
-# still running when -T expires, which commit all the same: at most one
-# per client more rows than counted transactions.
-cmp_ok($honest_rows, '>=', $honest_txns, 'wrong rejections: 0 (every honest transaction wrote its row)');
-cmp_ok($honest_rows - $honest_txns, '<=', $clients,
-	'... and no more rows than transactions, but for those in flight at the end');
+# client (checked above).  Every counted honest transaction committed its
+# row, and only those did (the counts are exact with -j 1, see above).
+is($honest_rows, $honest_txns, 'wrong rejections: 0 (every honest transaction wrote its row, one each)');
 
 my $stale = $node->safe_psql('postgres', q{
 SELECT count(*) FILTER (WHERE outcome = 'accepted'),
@@ -167,12 +175,10 @@ SELECT count(*) FILTER (WHERE outcome = 'accepted'),
   FROM verdicts});
 my ($accepted, $rejected, $errors, $stale_rows) = split /\|/, $stale;
 is($accepted + $stale_rows, 0, 'wrong acceptances: 0 (no stale token accepted, no stale row written)');
-# As for the honest rows above: a stale transaction in flight when -T
-# expires commits its verdict without being counted (CI on 2026-12-06
-# had 8378 verdicts for 8377 counted), so count within that bound.
-cmp_ok($rejected, '>=', $stale_txns, 'every stale transaction was rejected');
-cmp_ok($rejected - $stale_txns, '<=', $clients,
-	'... and no more verdicts than transactions, but for those in flight at the end');
+# One verdict per stale transaction: pgbench's per-script count is exact
+# with -j 1 (see above; the 8378 verdicts for 8377 counted transactions
+# of CI on 2026-12-06 were an increment lost with -j 2).
+is($rejected, $stale_txns, 'every stale transaction was rejected (one verdict each)');
 is($errors, 0, 'no stale attempt failed with anything but a lockfence SQLSTATE');
 note $node->safe_psql('postgres',
 	"SELECT string_agg(kind || '=' || n, ' ') FROM (SELECT kind, count(*) n FROM verdicts GROUP BY 1 ORDER BY 1) v");
