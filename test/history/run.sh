@@ -132,13 +132,39 @@ if [ -z "${LOCKFENCE_HISTORY_NO_BUILD:-}" ]; then
 		{ cat "$T/build.log" >&2; die "build failed"; }
 fi
 
-# 13 free ports, all bound at once so that they differ
+# 13 free ports, all bound at once so that they differ.  Not from the
+# kernel's ephemeral range (bind to port 0): an outgoing connection can
+# take such a port between this choice and the server's bind.  Nor from
+# 10200-32767, where PostgreSQL::Test::Cluster::get_free_port() (and so
+# LockfenceTest::EtcdCluster::free_port) finds ports for the TAP files that
+# may run beside this test, reserving them in a port lock folder this
+# script does not share: from 3000-10199, below both, from a random start.
 read -r PG_PORT C1 C2 C3 P1 P2 P3 X1 X2 X3 R1 R2 ZK_PORT < <("$PY" -c '
-import socket
-socks = [socket.socket() for _ in range(13)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
+import random, socket
+lo, hi = 3000, 10199
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        eph_lo, eph_hi = (int(x) for x in f.read().split())
+    if eph_lo <= hi and eph_hi >= lo:
+        hi = eph_lo - 1
+except OSError:
+    pass
+socks = []
+port = random.randint(lo, hi)
+for _ in range(max(hi - lo + 1, 0)):
+    port = lo if port >= hi else port + 1
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+    except OSError:
+        s.close()
+        continue
+    socks.append(s)
+    if len(socks) == 13:
+        break
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
+[ -n "${ZK_PORT:-}" ] || die "could not find 13 free ports"
 
 # --- PostgreSQL: fsync on, so that acknowledged commits survive a crash ---
 install -d -o postgres -g postgres -m 700 "$T/pg"
