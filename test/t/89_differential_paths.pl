@@ -101,8 +101,16 @@ my $nsessions = $ENV{LOCKFENCE_DIFF_SESSIONS} // 3 + rnd(2);
 note("seed $seed (LOCKFENCE_DIFF_SEED=$seed replays it), $nops steps, "
 	  . "$nsessions sessions");
 
+# No autovacuum: a VACUUM or ANALYZE of lockfence.fences,
+# lockfence.floor_state or prot holds SHARE UPDATE EXCLUSIVE, which
+# raise_floor()'s LOCK TABLE lockfence.floor_state (SHARE ROW EXCLUSIVE)
+# waits for, and its truncation of empty pages at the end briefly holds
+# ACCESS EXCLUSIVE, which every step on the table waits for: either can
+# outlast the sessions' lock_timeout of 100 ms on a loaded machine (a
+# blocked backend cancels an autovacuum worker only after deadlock_timeout,
+# 1 s), a lock timeout that is no flaw of the steps' design.
 my $node = LockfenceTest::EtcdCluster::pg_node('diffpaths',
-	"shared_preload_libraries = 'lockfence'\n");
+	"shared_preload_libraries = 'lockfence'\nautovacuum = off\n");
 
 my %path = (fast => 'diff_fast', stmt => 'diff_stmt');
 for my $db (values %path)
