@@ -37,7 +37,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_authid.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
@@ -389,12 +391,66 @@ etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 }
 
 /*
- * Raise the error for a request that got no usable HTTP answer.
+ * May the current user read the superuser-only etcd settings (the TLS
+ * files, the user name)?  As SHOW decides: superusers and members of
+ * pg_read_all_settings.
+ */
+static bool
+etcd_may_read_secret_settings(void)
+{
+	return superuser() ||
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+}
+
+/*
+ * libcurl's text with the TLS file names replaced by their settings' names,
+ * for a caller who may not read them: "could not load PEM client
+ * certificate from /etc/.../x.pem" would show what SHOW refuses.
+ */
+static const char *
+etcd_hide_tls_files(const char *detail)
+{
+	const char *const names[] = {"lockfence.etcd_cafile",
+		"lockfence.etcd_certfile", "lockfence.etcd_keyfile"};
+	const char *const values[] = {etcd_cafile, etcd_certfile, etcd_keyfile};
+	char	   *text;
+
+	if (detail == NULL || etcd_may_read_secret_settings())
+		return detail;
+	text = pstrdup(detail);
+	for (size_t i = 0; i < lengthof(names); i++)
+	{
+		StringInfoData out;
+		const char *rest = text;
+		const char *hit;
+
+		if (values[i] == NULL || values[i][0] == '\0')
+			continue;
+		initStringInfo(&out);
+		while ((hit = strstr(rest, values[i])) != NULL)
+		{
+			appendBinaryStringInfo(&out, rest, hit - rest);
+			appendStringInfoString(&out, names[i]);
+			rest = hit + strlen(values[i]);
+		}
+		appendStringInfoString(&out, rest);
+		text = out.data;
+	}
+	return text;
+}
+
+/*
+ * Raise the error for a request that got no usable HTTP answer.  libcurl's
+ * text goes to the server log as it is, and to the client without the
+ * TLS file names when the caller may not read them.
  */
 pg_noreturn static void
 etcd_report_transport_error(const char *what, EtcdHttpStatus st,
-							const char *endpoint, const char *detail)
+							const char *endpoint, const char *log_detail)
 {
+	const char *detail = etcd_hide_tls_files(log_detail);
+	bool		hidden = detail != log_detail;
+
 	switch (st)
 	{
 		case ETCD_HTTP_CONNECT_FAILED:
@@ -403,6 +459,8 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("could not connect to etcd for %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
+					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
+											endpoint, log_detail) : 0,
 					 errhint("Check lockfence.etcd_endpoints, and for https the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TLS_FAILED:
@@ -411,6 +469,8 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("could not establish a TLS connection to etcd for %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
+					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
+											endpoint, log_detail) : 0,
 					 errhint("Check the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TIMED_OUT:
@@ -419,6 +479,8 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("etcd did not answer %s in time", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
+					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
+											endpoint, log_detail) : 0,
 					 errhint("Check etcd's health, or raise lockfence.etcd_request_timeout.")));
 			break;
 		case ETCD_HTTP_TOO_LARGE:
@@ -433,7 +495,9 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("communication with etcd failed during %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
-							   detail ? detail : "no detail")));
+							   detail ? detail : "no detail"),
+					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
+											endpoint, log_detail) : 0));
 			break;
 	}
 	pg_unreachable();
@@ -1256,13 +1320,24 @@ etcd_auth_token(bool quiet)
 			reply->grpc_code == GRPC_UNAUTHENTICATED ||
 			reply->grpc_code == GRPC_PERMISSION_DENIED ||
 			reply->grpc_code == GRPC_NOT_FOUND)
+		{
+			/* the user name only for those SHOW would tell it to */
+			bool		named = etcd_may_read_secret_settings();
+
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PASSWORD),
+					 named ?
 					 errmsg("etcd authentication failed for user \"%s\"",
-							etcd_user),
+							etcd_user) :
+					 errmsg("etcd authentication failed for the user of lockfence.etcd_user"),
 					 errdetail("etcd answered: %s",
 							   reply->error_text ? reply->error_text : "no message"),
+					 named ? 0 :
+					 errdetail_log("etcd answered: %s; user \"%s\".",
+								   reply->error_text ? reply->error_text : "no message",
+								   etcd_user),
 					 errhint("Check lockfence.etcd_user and lockfence.etcd_password.")));
+		}
 		etcd_report_reply_error("authentication", reply);
 	}
 

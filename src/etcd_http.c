@@ -452,6 +452,14 @@ set_options(EtcdHttpReq *req, const char *url, long timeout_ms,
 					 (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
 	curl_easy_setopt(req->easy, CURLOPT_FOLLOWLOCATION, 0L);
+
+	/*
+	 * Never a proxy: libcurl would take one from the server's environment
+	 * (http_proxy, HTTPS_PROXY, ALL_PROXY), which would see every request,
+	 * the credentials included, and could answer with any token; only
+	 * superusers choose where lock calls go (lockfence.etcd_endpoints).
+	 */
+	curl_easy_setopt(req->easy, CURLOPT_PROXY, "");
 	curl_easy_setopt(req->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->headers);
 	curl_easy_setopt(req->easy, CURLOPT_POSTFIELDS, req->body);

@@ -16,9 +16,18 @@ use LockfenceTest::EtcdCluster;
 my $etcd = LockfenceTest::EtcdCluster->new(members => 1, name => 'basic');
 $etcd->start;
 
-my $node = LockfenceTest::EtcdCluster::pg_node('etcd_basic',
-	"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n"
-	  . "shared_preload_libraries = 'lockfence'\n");
+# The server starts with proxies in its environment, where nothing listens
+# (port 9): libcurl would send every request there, and a proxy could
+# answer with any token; lockfence uses none, so every call below goes to
+# the endpoint.
+my $node;
+{
+	local @ENV{qw(http_proxy HTTPS_PROXY https_proxy ALL_PROXY all_proxy)} =
+	  ('http://127.0.0.1:9') x 5;
+	$node = LockfenceTest::EtcdCluster::pg_node('etcd_basic',
+		"lockfence.etcd_endpoints = '" . $etcd->endpoints . "'\n"
+		  . "shared_preload_libraries = 'lockfence'\n");
+}
 
 # Run SQL with verbose errors; returns (rc, stdout, stderr, sqlstate).
 sub run_sql

@@ -145,6 +145,26 @@ $node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
 LockfenceTest::EtcdCluster::check_superuser_only($node, 'plain',
 	'lockfence.etcd_user', 'lockfence.etcd_password');
 
+# 7b. A failed authentication in an ordinary role's lock call does not
+# name the etcd user that role may not SHOW; the server log does.
+my $hidden_user = 'hidden-user-4f2a';
+$node->safe_psql('postgres', q{SELECT lockfence.grant_usage('plain', etcd => true)});
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET lockfence.etcd_user = '$hidden_user'; SELECT pg_reload_conf()");
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_user') = '$hidden_user'")
+  or die 'the reload of lockfence.etcd_user was not seen';
+my $plain = LockfenceTest::EtcdCluster::session($node, 'plain');
+$r = LockfenceTest::EtcdCluster::sql_try($plain, "SELECT * FROM lockfence.etcd_lock('a7', 5, '5s')");
+$plain->quit;
+$all_errors .= $r->{stderr};
+is($r->{sqlstate}, '28P01', 'plain role, unknown etcd user: 28P01') or diag explain $r;
+unlike($r->{stderr}, qr/\Q$hidden_user\E/, '... without the user name') or diag explain $r;
+like($r->{message} // '', qr/authentication failed for the user of lockfence\.etcd_user/,
+	'... naming the setting instead');
+like(slurp_file($node->logfile), qr/user "\Q$hidden_user\E"/, '... which the server log names');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET lockfence.etcd_user; SELECT pg_reload_conf()');
+
 # 8. No password in any error the client saw, nor in the server log.
 $s->quit;
 $node->stop;

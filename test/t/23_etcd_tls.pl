@@ -138,6 +138,30 @@ is( $node->safe_psql('postgres',
 		extra_params => [ '-U', 'plain' ]),
 	't', 'plain role with EXECUTE locks over TLS configured by the superuser');
 
+# A TLS failure tells that role no file name it may not SHOW: libcurl's
+# text ("error setting certificate file: /...") names the setting instead;
+# the server log keeps the file's name.
+my $secret_ca = '/nonexistent/secret-ca-7d1e.pem';
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET lockfence.etcd_cafile = '$secret_ca'; SELECT pg_reload_conf()");
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_cafile') = '$secret_ca'")
+  or die 'the reload of lockfence.etcd_cafile was not seen';
+my $plain = LockfenceTest::EtcdCluster::session($node, 'plain');
+$r = LockfenceTest::EtcdCluster::sql_try($plain,
+	"SELECT * FROM lockfence.etcd_lock('t7', 5, '5s')");
+$plain->quit;
+like($r->{sqlstate} // '', qr/^08/, 'plain role, CA file missing: SQLSTATE class 08') or diag explain $r;
+unlike($r->{stderr}, qr/secret-ca/, '... and the error does not name the file') or diag explain $r;
+like($r->{stderr}, qr/lockfence\.etcd_cafile/, '... but the setting') or diag explain $r;
+like(slurp_file($node->logfile), qr/Last endpoint tried: \S+: .*\Q$secret_ca\E/,
+	'... which the server log names');
+$node->safe_psql('postgres',
+	'ALTER SYSTEM RESET lockfence.etcd_cafile; SELECT pg_reload_conf()');
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_cafile') <> '$secret_ca'")
+  or die 'the reset of lockfence.etcd_cafile was not seen';
+
 # 3. TLS and etcd user authentication together.  (etcd 3.4.23's JSON
 # gateway refuses client certificates that carry a CN when auth is on; the
 # harness's client certificate has none.)
