@@ -297,6 +297,7 @@ extern bool etcd_session_holds_key(int64 lease, const char *key);
 extern const char *etcd_session_key_on_name(const char *name,
 											 const char *except);
 extern void etcd_session_exit_cleanup_begins(void);
+extern void etcd_session_init(void);
 extern void etcd_session_lock_fenced(const char *key);
 extern void etcd_session_fence_accepted(const char *holder);
 

@@ -33,6 +33,10 @@
  * before_shmem_exit callback revokes the remaining leases within
  * ETCD_EXIT_REVOKE_MS in total, so the locks are released at once instead
  * of after their TTL.  After a crash nothing runs, and the TTL frees them.
+ * DISCARD ALL, a session pooler's reset between two clients, does the same
+ * once it has succeeded, as it releases advisory locks: the next client of
+ * the backend neither inherits the locks nor renews them with its own lock
+ * calls (which renew the session lease of their TTL).
  *
  * A lock that was acquired but not yet handed to the SQL caller (its
  * function has not returned) is "pending".  The function itself releases
@@ -50,7 +54,9 @@
 #include "access/xact.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "storage/ipc.h"
+#include "tcop/utility.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -1239,6 +1245,33 @@ etcd_session_holds_key(int64 lease, const char *key)
 }
 
 /*
+ * Revoke every lease of the session within ETCD_EXIT_REVOKE_MS from
+ * started, newest first, and forget each one: revoked, or left to expire
+ * unrenewed after its TTL.  Never raises errors, and holds off
+ * interrupts for at most that long.
+ */
+static void
+revoke_all_leases(TimestampTz started)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(started,
+													   ETCD_EXIT_REVOKE_MS);
+
+	HOLD_INTERRUPTS();
+	while (n_leases > 0)
+	{
+		int64		lease = leases[n_leases - 1].lease;
+		long		left;
+
+		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
+		if (left <= 0)
+			break;
+		(void) etcd_lease_revoke(lease, left, true);
+		etcd_session_untrack(lease);
+	}
+	RESUME_INTERRUPTS();
+}
+
+/*
  * Exit callback: abandon requests in flight, then revoke our leases,
  * newest first, within ETCD_EXIT_REVOKE_MS in total (counting what the
  * lock wait already spent on it, see etcd_session_exit_cleanup_begins).
@@ -1247,32 +1280,49 @@ etcd_session_holds_key(int64 lease, const char *key)
 static void
 etcd_session_exit(int code, Datum arg)
 {
-	TimestampTz deadline;
-
 	etcd_http_abort_all();
 	if (n_leases == 0)
 		return;
 
 	etcd_session_exit_cleanup_begins();
-	deadline = TimestampTzPlusMilliseconds(exit_cleanup_started,
-										   ETCD_EXIT_REVOKE_MS);
-	HOLD_INTERRUPTS();
-	while (n_leases > 0)
-	{
-		int64		lease = leases[n_leases - 1].lease;
-		long		left;
-		bool		revoked;
-
-		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-		if (left <= 0)
-			break;
-		revoked = etcd_lease_revoke(lease, left, true);
-		/* done with this lease either way: what failed expires with its TTL */
-		n_leases--;
-		/* a revoked lease took its locks with it: forget them too */
-		if (revoked)
-			etcd_session_untrack(lease);
-	}
-	RESUME_INTERRUPTS();
+	revoke_all_leases(exit_cleanup_started);
 	etcd_http_abort_all();
+}
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/*
+ * After a DISCARD ALL that succeeded (it is refused in a transaction
+ * block, where a transaction-scoped lock could be held), end the
+ * session's locks: see the header comment.
+ */
+static void
+etcd_session_process_utility(PlannedStmt *pstmt, const char *queryString,
+							 bool readOnlyTree, ProcessUtilityContext context,
+							 ParamListInfo params, QueryEnvironment *queryEnv,
+							 DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	bool		discard_all = IsA(stmt, DiscardStmt) &&
+		((DiscardStmt *) stmt)->target == DISCARD_ALL;
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context,
+							 params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+	if (discard_all && n_leases > 0)
+		revoke_all_leases(GetCurrentTimestamp());
+}
+
+/*
+ * Install the DISCARD ALL hook.  Called from _PG_init (lockfence_etcd_init):
+ * a backend that holds an etcd lock has loaded the library.
+ */
+void
+etcd_session_init(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = etcd_session_process_utility;
 }

@@ -476,5 +476,6 @@ lockfence_etcd_init(void)
 {
 	etcd_guc_init();
 	etcd_commit_check_init();
+	etcd_session_init();
 	lockfence_on_fence_accepted(etcd_session_fence_accepted);
 }

@@ -8,7 +8,8 @@
 #	  its locks after the TTL, the next holder's token is higher, and the
 #	  quiet session learns of every lost lock (LF003 naming each);
 #	  etcd_keepalive renews the session lease; lock calls renew it when a
-#	  third of its TTL has passed since its last renewal, and only then.
+#	  third of its TTL has passed since its last renewal, and only then;
+#	  DISCARD ALL revokes the session leases, as the backend's exit does.
 
 use strict;
 use warnings;
@@ -160,6 +161,30 @@ my ($pz) = lock_row($p, "lockfence.etcd_try_lock('pz', 3)");
 like($pz, qr{^pz/}, 'the call after that takes a lock on a new lease');
 $p->query_safe("SELECT lockfence.etcd_unlock('$pz')");
 $b->query_safe("SELECT lockfence.etcd_unlock('$bx')");
+
+# --- DISCARD ALL ends the session's locks -----------------------------------
+# A session pooler's reset between clients: the backend's next client
+# neither inherits the locks nor keeps them alive with its own lock calls
+# of the same TTL.  Refused in a transaction block, it releases nothing.
+
+my ($d1, $dl) = lock_row($b, "lockfence.etcd_lock('discard', 60)");
+my ($d2) = lock_row($b, "lockfence.etcd_lock('discard2', 60)");
+$b->query('BEGIN; DISCARD ALL;');
+like($b->{stderr}, qr/DISCARD ALL cannot run inside a transaction block/,
+	'DISCARD ALL in a transaction block is refused');
+$b->{stderr} = '';
+$b->query_safe('ROLLBACK');
+ok(defined $etcd->key_info($d1), '... and the lock is still held');
+$b->query_safe('DISCARD ALL');
+# revoked before DISCARD ALL returns (within 1 s, else left to its TTL of 60)
+ok(LockfenceTest::EtcdCluster::poll_until(5, sub { !lease_alive(lease_hex($dl)) }),
+	'DISCARD ALL revokes the session lease');
+ok(!defined $etcd->key_info($d1) && !defined $etcd->key_info($d2),
+	'... and with it both locks on it');
+my ($d3) = lock_row($b, "lockfence.etcd_try_lock('discard', 60)");
+like($d3, qr{^discard/}, 'the same backend takes the name again, on a new lease');
+isnt($d3, $d1, '... under a new key');
+$b->query_safe("SELECT lockfence.etcd_unlock('$d3')");
 
 # --- exit revokes the session leases ----------------------------------------
 
