@@ -4,7 +4,9 @@
  *	  Module initialization of the lockfence extension.
  *
  * The fence itself needs no preloading: _PG_init only registers the
- * per-transaction cache callbacks and the configuration parameters.  It
+ * per-transaction cache callbacks, the configuration parameters and a
+ * utility hook that ends the session's etcd locks after DISCARD ALL
+ * (etcd_session.c; a backend holding one has loaded the library).  It
  * installs no executor hook, so that nothing the trigger decides depends
  * on whether the library was loaded before or during a statement.  The
  * metrics (metrics.c) need shared memory, so they exist only when the
