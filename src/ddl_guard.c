@@ -33,6 +33,7 @@
 #include "nodes/parsenodes.h"
 #include "parser/parse_func.h"
 #include "parser/parse_type.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -373,11 +374,17 @@ count_held_leases(char **example)
 		get_attnum(fences, "lease_expires_at") == InvalidAttrNumber)
 		return 0;
 
+	/*
+	 * No grant between the count and the drop: wait for those in flight,
+	 * hold off new ones (the drop takes the table anyway), and count with
+	 * a snapshot taken after that (read_only = false).
+	 */
+	LockRelationOid(fences, ExclusiveLock);
 	nestlevel = guard_spi_connect();
 	if (SPI_execute("SELECT count(*), min(resource)"
 					"  FROM lockfence.fences"
 					" WHERE lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the leases held in lockfence.fences");
 	{
 		bool		isnull;

@@ -225,6 +225,7 @@ extern bool etcd_call_as(const char *what, const char *path,
 pg_noreturn extern void etcd_report_reply_error(const char *what, EtcdReply *reply);
 extern bool etcd_reply_matches(const char *path, const char *request_body,
 							   Jsonb *jb, const char **why);
+extern const char *etcd_hide_tls_files(const char *detail);
 
 /* etcd_json.c */
 typedef enum EtcdFieldStatus

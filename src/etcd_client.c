@@ -37,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -405,9 +406,13 @@ etcd_may_read_secret_settings(void)
 /*
  * libcurl's text with the TLS file names replaced by their settings' names,
  * for a caller who may not read them: "could not load PEM client
- * certificate from /etc/.../x.pem" would show what SHOW refuses.
+ * certificate from /etc/.../x.pem" would show what SHOW refuses.  Applied
+ * where the text is taken from libcurl, so that no error, DEBUG message or
+ * watch failure carries the names.  Outside a transaction (the exit
+ * callback's quiet requests, whose text reaches no client) the text is
+ * left as it is: the privilege check reads the catalogs.
  */
-static const char *
+const char *
 etcd_hide_tls_files(const char *detail)
 {
 	const char *const names[] = {"lockfence.etcd_cafile",
@@ -415,7 +420,8 @@ etcd_hide_tls_files(const char *detail)
 	const char *const values[] = {etcd_cafile, etcd_certfile, etcd_keyfile};
 	char	   *text;
 
-	if (detail == NULL || etcd_may_read_secret_settings())
+	if (detail == NULL || !IsTransactionState() ||
+		etcd_may_read_secret_settings())
 		return detail;
 	text = pstrdup(detail);
 	for (size_t i = 0; i < lengthof(names); i++)
@@ -440,17 +446,12 @@ etcd_hide_tls_files(const char *detail)
 }
 
 /*
- * Raise the error for a request that got no usable HTTP answer.  libcurl's
- * text goes to the server log as it is, and to the client without the
- * TLS file names when the caller may not read them.
+ * Raise the error for a request that got no usable HTTP answer.
  */
 pg_noreturn static void
 etcd_report_transport_error(const char *what, EtcdHttpStatus st,
-							const char *endpoint, const char *log_detail)
+							const char *endpoint, const char *detail)
 {
-	const char *detail = etcd_hide_tls_files(log_detail);
-	bool		hidden = detail != log_detail;
-
 	switch (st)
 	{
 		case ETCD_HTTP_CONNECT_FAILED:
@@ -459,8 +460,6 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("could not connect to etcd for %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
-					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
-											endpoint, log_detail) : 0,
 					 errhint("Check lockfence.etcd_endpoints, and for https the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TLS_FAILED:
@@ -469,8 +468,6 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("could not establish a TLS connection to etcd for %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
-					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
-											endpoint, log_detail) : 0,
 					 errhint("Check the TLS settings lockfence.etcd_cafile, lockfence.etcd_certfile and lockfence.etcd_keyfile.")));
 			break;
 		case ETCD_HTTP_TIMED_OUT:
@@ -479,8 +476,6 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					 errmsg("etcd did not answer %s in time", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
 							   detail ? detail : "no detail"),
-					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
-											endpoint, log_detail) : 0,
 					 errhint("Check etcd's health, or raise lockfence.etcd_request_timeout.")));
 			break;
 		case ETCD_HTTP_TOO_LARGE:
@@ -495,9 +490,7 @@ etcd_report_transport_error(const char *what, EtcdHttpStatus st,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("communication with etcd failed during %s", what),
 					 errdetail("Last endpoint tried: %s: %s", endpoint,
-							   detail ? detail : "no detail"),
-					 hidden ? errdetail_log("Last endpoint tried: %s: %s",
-											endpoint, log_detail) : 0));
+							   detail ? detail : "no detail")));
 			break;
 	}
 	pg_unreachable();
@@ -940,7 +933,7 @@ exchange(const char *path, const char *body, const char *token,
 			*http_code = etcd_http_code(req);
 		}
 		else
-			*errtext = (char *) etcd_http_error(req);
+			*errtext = (char *) etcd_hide_tls_files(etcd_http_error(req));
 	}
 	PG_FINALLY();
 	{

@@ -407,7 +407,7 @@ watch_poll(LockWait *w)
 		w->watch_error = st == ETCD_HTTP_DONE ?
 			psprintf("the watch stream ended (HTTP %ld)",
 					 etcd_http_code(w->watch_req)) :
-			etcd_http_error(w->watch_req);
+			etcd_hide_tls_files(etcd_http_error(w->watch_req));
 		return WATCH_FAILED;
 	}
 

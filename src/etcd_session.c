@@ -34,7 +34,7 @@
  * ETCD_EXIT_REVOKE_MS in total, so the locks are released at once instead
  * of after their TTL.  After a crash nothing runs, and the TTL frees them.
  * DISCARD ALL, a session pooler's reset between two clients, does the same
- * once it has succeeded, as it releases advisory locks: the next client of
+ * (before it resets the settings), as it releases advisory locks: the next client of
  * the backend neither inherits the locks nor renews them with its own lock
  * calls (which renew the session lease of their TTL).
  *
@@ -1246,9 +1246,10 @@ etcd_session_holds_key(int64 lease, const char *key)
 
 /*
  * Revoke every lease of the session within ETCD_EXIT_REVOKE_MS from
- * started, newest first, and forget each one: revoked, or left to expire
- * unrenewed after its TTL.  Never raises errors, and holds off
- * interrupts for at most that long.
+ * started, newest first, and forget each one: revoked, or (a failed
+ * revoke, or none once the time is up) left to expire unrenewed after its
+ * TTL.  Never raises errors, and holds off interrupts for at most that
+ * long.
  */
 static void
 revoke_all_leases(TimestampTz started)
@@ -1257,15 +1258,15 @@ revoke_all_leases(TimestampTz started)
 													   ETCD_EXIT_REVOKE_MS);
 
 	HOLD_INTERRUPTS();
+	etcd_http_abort_all();
 	while (n_leases > 0)
 	{
 		int64		lease = leases[n_leases - 1].lease;
 		long		left;
 
 		left = (long) ((deadline - GetCurrentTimestamp()) / 1000);
-		if (left <= 0)
-			break;
-		(void) etcd_lease_revoke(lease, left, true);
+		if (left > 0)
+			(void) etcd_lease_revoke(lease, left, true);
 		etcd_session_untrack(lease);
 	}
 	RESUME_INTERRUPTS();
@@ -1292,9 +1293,12 @@ etcd_session_exit(int code, Datum arg)
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
- * After a DISCARD ALL that succeeded (it is refused in a transaction
- * block, where a transaction-scoped lock could be held), end the
- * session's locks: see the header comment.
+ * DISCARD ALL ends the session's locks (see the header comment), before it
+ * runs: it resets the settings, and the revokes must go to the endpoints,
+ * with the credentials, that granted the leases.  First the check DISCARD
+ * ALL makes itself, so that a DISCARD ALL it refuses (in a transaction
+ * block, where a transaction-scoped lock could be held, or in a function)
+ * releases nothing.
  */
 static void
 etcd_session_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -1303,17 +1307,20 @@ etcd_session_process_utility(PlannedStmt *pstmt, const char *queryString,
 							 DestReceiver *dest, QueryCompletion *qc)
 {
 	Node	   *stmt = pstmt->utilityStmt;
-	bool		discard_all = IsA(stmt, DiscardStmt) &&
-		((DiscardStmt *) stmt)->target == DISCARD_ALL;
 
+	if (IsA(stmt, DiscardStmt) &&
+		((DiscardStmt *) stmt)->target == DISCARD_ALL && n_leases > 0)
+	{
+		PreventInTransactionBlock(context == PROCESS_UTILITY_TOPLEVEL,
+								  "DISCARD ALL");
+		revoke_all_leases(GetCurrentTimestamp());
+	}
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context,
 							 params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
-	if (discard_all && n_leases > 0)
-		revoke_all_leases(GetCurrentTimestamp());
 }
 
 /*

@@ -302,12 +302,13 @@ fence_read(const char *resource, bool latest, FenceRow *row, bool *in_spi,
  * nor on a row whose newest version the same check would refuse: the same
  * token with its lease released or expired since, or with another holder.
  * (A renewal that leaves the lease valid is not: a lease holder may renew
- * from another connection while it writes.)  A refusal must not be one
- * the newest version would not give (a lease renewed since, whose old
- * expiry has passed; a fence reset): "the lease is no longer held" (LF003)
- * tells its holder to stop.  Nor may a refusal for want of a fence in this
- * transaction (LF002, whose hint says to fence) stand when the newest
- * version refuses the token for good: fencing would then fail too, and the
+ * from another connection while it writes.)  A refusal must be the one
+ * the newest version gives: not one it would not give at all (a lease
+ * renewed since, whose old expiry has passed; a fence reset): "the lease
+ * is no longer held" (LF003) tells its holder to stop; nor another one: a
+ * refusal for want of a fence in this transaction (LF002, whose hint says
+ * to fence) where the newest version refuses the token for good, or LF003
+ * where the newest version shows the lease renewed and wants a fence.  The
  * retry that the serialization failure asks for gets the true verdict.
  */
 static void
@@ -329,9 +330,7 @@ fence_check_serializable(const char *resource, int64 token,
 								  holder, must_advance, &judged) ==
 		FENCE_ACTION_REFUSE;
 	if (action == FENCE_ACTION_REFUSE ?
-		(!latest_refuses ||
-		 (outcome_verdict == FENCE_NOT_ADVANCED &&
-		  judged.verdict != FENCE_NOT_ADVANCED)) :
+		(!latest_refuses || judged.verdict != outcome_verdict) :
 		(latest_found != found || latest_refuses ||
 		 (found && latest.token != row->token)))
 		ereport(ERROR,

@@ -166,7 +166,17 @@ $b->query_safe("SELECT lockfence.etcd_unlock('$bx')");
 # A session pooler's reset between clients: the backend's next client
 # neither inherits the locks nor keeps them alive with its own lock calls
 # of the same TTL.  Refused in a transaction block, it releases nothing.
+# The session names the endpoints itself, and the server's setting is a
+# port where nothing listens: DISCARD ALL resets the settings, and the
+# revokes must go where the leases were granted.
 
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET lockfence.etcd_endpoints = 'http://127.0.0.1:9'; SELECT pg_reload_conf()");
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_endpoints') = 'http://127.0.0.1:9'")
+  or die 'the reload of lockfence.etcd_endpoints was not seen';
+my $set_endpoints = "SET lockfence.etcd_endpoints = '" . $etcd->endpoints . "'";
+$b->query_safe($set_endpoints);
 my ($d1, $dl) = lock_row($b, "lockfence.etcd_lock('discard', 60)");
 my ($d2) = lock_row($b, "lockfence.etcd_lock('discard2', 60)");
 $b->query('BEGIN; DISCARD ALL;');
@@ -181,10 +191,17 @@ ok(LockfenceTest::EtcdCluster::poll_until(5, sub { !lease_alive(lease_hex($dl)) 
 	'DISCARD ALL revokes the session lease');
 ok(!defined $etcd->key_info($d1) && !defined $etcd->key_info($d2),
 	'... and with it both locks on it');
+$b->query_safe($set_endpoints);
 my ($d3) = lock_row($b, "lockfence.etcd_try_lock('discard', 60)");
 like($d3, qr{^discard/}, 'the same backend takes the name again, on a new lease');
 isnt($d3, $d1, '... under a new key');
 $b->query_safe("SELECT lockfence.etcd_unlock('$d3')");
+$b->query_safe('RESET lockfence.etcd_endpoints');
+$node->safe_psql('postgres',
+	'ALTER SYSTEM RESET lockfence.etcd_endpoints; SELECT pg_reload_conf()');
+$node->poll_query_until('postgres',
+	"SELECT current_setting('lockfence.etcd_endpoints') = '" . $etcd->endpoints . "'")
+  or die 'the reset of lockfence.etcd_endpoints was not seen';
 
 # --- exit revokes the session leases ----------------------------------------
 
