@@ -320,39 +320,48 @@ drop_owned_targets(DropOwnedStmt *stmt, List **classids, List **objids)
 }
 
 /*
+ * Run a query of one row (a count, and the min() of the names counted,
+ * which is one of them when the count is not 0) under the guard's pinned
+ * search_path; return the count and, when it is not 0, the name.
+ * read_only false: a snapshot of its own, taken now.
+ */
+static int64
+count_and_name_one(const char *query, bool read_only, const char *what,
+				   char **example)
+{
+	int64		n;
+	bool		isnull;
+	Datum		d;
+	int			nestlevel;
+
+	*example = NULL;
+	nestlevel = guard_spi_connect();
+	if (SPI_execute(query, read_only, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count %s", what);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	n = isnull ? 0 : DatumGetInt64(d);
+	if (n > 0)
+		*example = MemoryContextStrdup(TopTransactionContext,
+									   SPI_getvalue(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 2));
+	guard_spi_finish(nestlevel);
+	return n;
+}
+
+/*
  * Count the tables that carry a lockfence trigger of their own (partitions'
  * cloned row triggers are not counted twice), and name one of them.
  */
 static int64
 count_protected_tables(char **example)
 {
-	int64		n = 0;
-	int			nestlevel;
-
-	*example = NULL;
-	nestlevel = guard_spi_connect();
-	if (SPI_execute("SELECT count(DISTINCT t.tgrelid),"
-					"       min(t.tgrelid::pg_catalog.regclass::pg_catalog.text)"
-					"  FROM pg_catalog.pg_trigger t"
-					"  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
-					" WHERE p.prosrc = 'lockfence_fence_trigger' AND p.probin IS NOT NULL"
-					"   AND t.tgparentid = 0",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the tables protected by lockfence");
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-									  SPI_tuptable->tupdesc, 1, &isnull);
-
-		n = isnull ? 0 : DatumGetInt64(d);
-		/* the min() of n > 0 names is one of them, never NULL */
-		if (n > 0)
-			*example = MemoryContextStrdup(TopTransactionContext,
-										   SPI_getvalue(SPI_tuptable->vals[0],
-														SPI_tuptable->tupdesc, 2));
-	}
-	guard_spi_finish(nestlevel);
-	return n;
+	return count_and_name_one("SELECT count(DISTINCT t.tgrelid),"
+							  "       min(t.tgrelid::pg_catalog.regclass::pg_catalog.text)"
+							  "  FROM pg_catalog.pg_trigger t"
+							  "  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid"
+							  " WHERE p.prosrc = 'lockfence_fence_trigger' AND p.probin IS NOT NULL"
+							  "   AND t.tgparentid = 0",
+							  true, "the tables protected by lockfence", example);
 }
 
 /*
@@ -365,8 +374,6 @@ count_held_leases(char **example)
 {
 	Oid			nsp = lockfence_schema_oid();
 	Oid			fences;
-	int64		n = 0;
-	int			nestlevel;
 
 	*example = NULL;
 	fences = OidIsValid(nsp) ? get_relname_relid("fences", nsp) : InvalidOid;
@@ -377,28 +384,13 @@ count_held_leases(char **example)
 	/*
 	 * No grant between the count and the drop: wait for those in flight,
 	 * hold off new ones (the drop takes the table anyway), and count with
-	 * a snapshot taken after that (read_only = false).
+	 * a snapshot taken after that.
 	 */
 	LockRelationOid(fences, ExclusiveLock);
-	nestlevel = guard_spi_connect();
-	if (SPI_execute("SELECT count(*), min(resource)"
-					"  FROM lockfence.fences"
-					" WHERE lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the leases held in lockfence.fences");
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-									  SPI_tuptable->tupdesc, 1, &isnull);
-
-		n = isnull ? 0 : DatumGetInt64(d);
-		if (n > 0)
-			*example = MemoryContextStrdup(TopTransactionContext,
-										   SPI_getvalue(SPI_tuptable->vals[0],
-														SPI_tuptable->tupdesc, 2));
-	}
-	guard_spi_finish(nestlevel);
-	return n;
+	return count_and_name_one("SELECT count(*), min(resource)"
+							  "  FROM lockfence.fences"
+							  " WHERE lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
+							  false, "the leases held in lockfence.fences", example);
 }
 
 /*
