@@ -33,7 +33,7 @@
 #	  server's clock: its "disconnection" line in the server log
 #	  (log_disconnections, written after the exit callbacks).
 #	  Once the member resumes, the waiters' leases go away (revoked, or
-#	  expired: their TTL is 10 s).
+#	  expired: their TTL is 6 s).
 
 use strict;
 use warnings;
@@ -50,10 +50,12 @@ my $tries = 5;
 # The waiters' TTL.  No bound here depends on it, but a waiter's lease
 # must outlive its wait: a stall of the whole machine longer than the
 # time between two renewals less the TTL (TTL 3: renewed every second, so
-# 2 s) let etcd revoke it while the waiter waited.  Leases given up while
-# the member was stopped expire with it after the member resumes, which
-# resume_and_check_leases waits for (up to 30 s).
-my $ttl = 10;
+# 2 s) let etcd revoke it while the waiter waited; TTL 6 (renewed every
+# 2 s) stands a stall of 4 s.  Leases given up while the member was
+# stopped expire with it after the member resumes, which
+# resume_and_check_leases waits for (up to 30 s): each try waits up to a
+# TTL, so a longer one lengthens the file by minutes.
+my $ttl = 6;
 
 # The bound (see the header), and the wait_timeout of the tries.
 my $bound_ms = 100;

@@ -1035,6 +1035,9 @@ sub session
 	my $s = $node->background_psql('postgres',
 		on_error_stop => 0,
 		extra_params => [ defined $user ? ('-U', $user) : () ]);
+	# the timeout (PG_TEST_TIMEOUT_DEFAULT, 180 s) per statement, not for
+	# the session's whole life: TAP 61's control session outlived it
+	$s->set_query_timer_restart();
 	$s->query_safe('\set VERBOSITY verbose');
 	$s->{pid} = $s->query_safe('SELECT pg_backend_pid()');
 	chomp $s->{pid};
