@@ -1683,7 +1683,10 @@ COMMENT ON FUNCTION lockfence.check() IS
 -- accepted afterwards.  Returns the number of fences raised or created.
 -- Without resources it also records this server's identity and floor as
 -- the global floor (floor_record): that lifts the refusal after a
--- promotion (LF004) and covers names without a row; a list does neither.
+-- promotion (LF004) and covers names without a row; a list does neither,
+-- and raises its names to the global floor at least, never below it.  It
+-- runs under READ COMMITTED only: with a transaction snapshot a fence row
+-- committed after it would be left below the floor.
 CREATE FUNCTION lockfence.raise_floor(floor bigint, resources text[] DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -1692,6 +1695,7 @@ AS $$
 DECLARE
     raised bigint;
     bad text;
+    effective bigint;
 BEGIN
     IF raise_floor.floor IS NULL THEN
         RAISE EXCEPTION 'fence floor must not be null'
@@ -1706,6 +1710,12 @@ BEGIN
         RAISE EXCEPTION 'cannot raise the fence floor while the server is in recovery'
             USING ERRCODE = 'read_only_sql_transaction',
                   HINT = 'Run it on the primary, after the promotion.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'cannot raise the fence floor under %', pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = 'The transaction''s snapshot would miss fences committed after it, and leave them below the floor.',
+                  HINT = 'Run it in a READ COMMITTED transaction (SET default_transaction_isolation = ''read committed'').';
     END IF;
 
     PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
@@ -1740,8 +1750,12 @@ BEGIN
     PERFORM lockfence.lock_resource(r)
        FROM (SELECT DISTINCT r FROM pg_catalog.unnest(raise_floor.resources) AS r) AS d
       ORDER BY r;
+    -- A name's row below the global floor would let its tokens under the
+    -- floor through: the floor a list gives is the global one at least.
+    SELECT GREATEST(raise_floor.floor, pg_catalog.max(s.floor)) INTO effective
+      FROM lockfence.floor_state s;
     INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)
-    SELECT DISTINCT r, raise_floor.floor, pg_catalog.statement_timestamp(),
+    SELECT DISTINCT r, effective, pg_catalog.statement_timestamp(),
            NULL::text
       FROM pg_catalog.unnest(raise_floor.resources) AS r
         ON CONFLICT (resource) DO UPDATE

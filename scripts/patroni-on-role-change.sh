@@ -96,6 +96,9 @@ run_psql() {
 raise_in() {
 	local db=$1 list=$2
 	{
+		# raise_floor refuses a transaction snapshot (a database or role
+		# may default to REPEATABLE READ)
+		echo "SET default_transaction_isolation = 'read committed';"
 		echo 'DO $w$ BEGIN WHILE pg_catalog.pg_is_in_recovery() LOOP PERFORM pg_catalog.pg_sleep(0.02); END LOOP; END $w$;'
 		if [ "$list" = 1 ]; then
 			echo "SELECT 'db:' || datname FROM pg_catalog.pg_database WHERE datallowconn AND datname <> pg_catalog.current_database() ORDER BY datname;"

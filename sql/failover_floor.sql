@@ -21,6 +21,20 @@ SELECT lockfence.raise_floor(100, ARRAY['b', 'new', 'new']);
 SELECT resource, token, holder FROM lockfence.fences ORDER BY resource;
 SELECT lockfence.try_fence('new', 99), lockfence.try_fence('new', 100);
 SELECT lockfence.raise_floor(100, ARRAY[]::text[]);
+-- a list below the global floor (60) raises its names to the global floor,
+-- never below it: a row under the floor would let tokens under it through
+SELECT lockfence.raise_floor(20, ARRAY['low']);
+SELECT token FROM lockfence.fences WHERE resource = 'low';
+SELECT lockfence.try_fence('low', 59), lockfence.try_fence('low', 60);
+
+-- not under REPEATABLE READ or SERIALIZABLE (25000): the transaction's
+-- snapshot would miss fences committed after it, and leave them below
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT lockfence.raise_floor(70);
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT lockfence.raise_floor(70, ARRAY['a']);
+ROLLBACK;
 
 -- bad input
 SELECT lockfence.raise_floor(NULL);
