@@ -83,7 +83,7 @@ SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) AS argu
   FROM pg_proc p
  WHERE p.pronamespace = 'lockfence'::regnamespace
    AND p.proname IN ('etcd_lock_many', 'etcd_lock_and_fence')
- ORDER BY 1::text COLLATE "C";
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
 \x off
 CREATE ROLE lockfence_many_app;
 SELECT has_function_privilege('lockfence_many_app',

@@ -21,7 +21,7 @@ SELECT t.tgrelid::regclass AS partition, t.tgargs = p.tgargs AS same_bytes,
   JOIN pg_inherits i ON i.inhrelid = t.tgrelid
   JOIN pg_trigger p ON p.tgrelid = i.inhparent AND p.tgname = t.tgname
  WHERE t.tgname = 'zz_lockfence_fence_truncate'
- ORDER BY 1::text;
+ ORDER BY t.tgrelid::regclass::text;
 \pset format aligned
 -- the garbled name of the old copy is worth nothing; the true one is needed
 BEGIN;
@@ -363,7 +363,7 @@ FOR EACH ROW EXECUTE FUNCTION trig_app.pass();
 RESET ROLE;
 SELECT tgrelid::regclass, tgname, tgfoid::regprocedure FROM pg_trigger
  WHERE tgrelid IN ('own_acc'::regclass, 'own_plain'::regclass, 'trig_app.mine'::regclass)
- ORDER BY 1::text, 2;
+ ORDER BY tgname, tgrelid::regclass::text;
 SELECT id, tok, bal FROM own_acc;
 -- The drop guard's catalog queries run with search_path pinned: an
 -- operator planted where the dropper's path looks first (an exact match
