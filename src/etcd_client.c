@@ -393,14 +393,13 @@ etcd_attempt_timeout(long timeout_ms, int n_endpoints)
 
 /*
  * May the current user read the superuser-only etcd settings (the TLS
- * files, the user name)?  As SHOW decides: superusers and members of
- * pg_read_all_settings.
+ * files, the user name)?  As SHOW decides: members of pg_read_all_settings
+ * (superusers have every role's privileges).
  */
 static bool
 etcd_may_read_secret_settings(void)
 {
-	return superuser() ||
-		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+	return has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
 }
 
 /*
@@ -418,12 +417,11 @@ etcd_hide_tls_files(const char *detail)
 	const char *const names[] = {"lockfence.etcd_cafile",
 		"lockfence.etcd_certfile", "lockfence.etcd_keyfile"};
 	const char *const values[] = {etcd_cafile, etcd_certfile, etcd_keyfile};
-	char	   *text;
+	const char *text = detail;
 
 	if (detail == NULL || !IsTransactionState() ||
 		etcd_may_read_secret_settings())
 		return detail;
-	text = pstrdup(detail);
 	for (size_t i = 0; i < lengthof(names); i++)
 	{
 		StringInfoData out;

@@ -1258,7 +1258,6 @@ revoke_all_leases(TimestampTz started)
 													   ETCD_EXIT_REVOKE_MS);
 
 	HOLD_INTERRUPTS();
-	etcd_http_abort_all();
 	while (n_leases > 0)
 	{
 		int64		lease = leases[n_leases - 1].lease;
@@ -1313,6 +1312,7 @@ etcd_session_process_utility(PlannedStmt *pstmt, const char *queryString,
 	{
 		PreventInTransactionBlock(context == PROCESS_UTILITY_TOPLEVEL,
 								  "DISCARD ALL");
+		etcd_http_abort_all();
 		revoke_all_leases(GetCurrentTimestamp());
 	}
 	if (prev_process_utility)
