@@ -58,6 +58,18 @@ SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS t(oid)
 SELECT has_table_privilege('public', 'lockfence.floor_state', 'INSERT'),
        has_table_privilege('public', 'lockfence.floor_state', 'SELECT'),
        has_function_privilege('public', 'lockfence.floor_record(bigint)', 'EXECUTE');
+-- (1.8) a write by hand reaches connected sessions through the table's
+-- statement trigger (test/specs/floor_state_by_hand.spec), enabled ALWAYS;
+-- its function serves nothing else
+SELECT tgname, tgenabled, pg_get_triggerdef(oid) FROM pg_trigger
+ WHERE tgrelid = 'lockfence.floor_state'::regclass;
+SELECT has_function_privilege('public', 'lockfence.floor_state_changed()', 'EXECUTE');
+CREATE TEMP TABLE not_floor_state (a int);
+CREATE TRIGGER misused BEFORE INSERT ON not_floor_state
+    FOR EACH ROW EXECUTE FUNCTION lockfence.floor_state_changed();
+INSERT INTO not_floor_state VALUES (1);
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE not_floor_state;
 
 -- a wait_timeout beyond lock_timeout's range (24.8 days) waits unbounded
 SELECT token > 0 AS granted

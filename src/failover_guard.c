@@ -30,9 +30,11 @@
  * The verdict is cached per backend, keyed by the insertion timeline (the
  * system identifier of a running server never changes): in the steady
  * state the guard costs a comparison.  A change of lockfence.floor_state
- * (which only the functions here write) sends a relcache invalidation for
- * the table, which makes every backend read it again; a refused backend
- * reads it on every call, so that a raised floor lifts the refusal at once.
+ * sends a relcache invalidation for the table, which makes every backend
+ * read it again: the functions here send it, and since 1.8 so does the
+ * table's statement trigger for a write made any other way (by hand, a
+ * restore, logical replication).  A refused backend reads the table on
+ * every call, so that a raised floor lifts the refusal at once.
  *
  * During recovery the guard does nothing: nothing can be written there.
  * The current timeline is the WAL insertion timeline, which is the new one
@@ -51,6 +53,7 @@
 #include "access/xlogrecovery.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -73,6 +76,7 @@ PG_FUNCTION_INFO_V1(lockfence_floor_identity);
 PG_FUNCTION_INFO_V1(lockfence_floor_record);
 PG_FUNCTION_INFO_V1(lockfence_accept_promotion);
 PG_FUNCTION_INFO_V1(lockfence_floor_status);
+PG_FUNCTION_INFO_V1(lockfence_floor_state_changed);
 
 pg_noreturn static void
 guard_report(TimeLineID tli)
@@ -271,4 +275,29 @@ lockfence_floor_status(PG_FUNCTION_ARGS)
 	values[7] = BoolGetDatum(!in_recovery && floor_state_refuses(&st));
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values,
 											 nulls));
+}
+
+/*
+ * lockfence.floor_state_changed() returns trigger
+ *
+ * AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE FOR EACH STATEMENT on
+ * lockfence.floor_state (1.8), enabled ALWAYS.  A write that does not go
+ * through floor_record() would otherwise be seen only by sessions that
+ * start after it: the others keep the verdict and the global floor they
+ * read before.  The invalidation is sent at commit, as floor_record()'s.
+ */
+Datum
+lockfence_floor_state_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("lockfence.floor_state_changed() must be fired AFTER ... FOR EACH STATEMENT")));
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	floor_state_forget();
+	PG_RETURN_POINTER(NULL);
 }

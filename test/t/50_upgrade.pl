@@ -7,7 +7,8 @@
 # a database created at that version, holding fences and a protected
 # table, is updated to the default version.  Afterwards:
 #   - its extension objects, their definitions, privileges, comments and
-#     the event trigger match a database where the default version was
+#     the triggers on its own tables and the event triggers match a
+#     database where the default version was
 #     installed fresh, except that PUBLIC keeps EXECUTE on the functions
 #     that advance fences and leases (a fresh 1.4 grants them to no one),
 #     exactly that, and said by a WARNING (extension scripts run with
@@ -70,6 +71,10 @@ SELECT 'column: ' || a.attrelid::regclass || '.' || a.attname || ' '
 UNION ALL
 SELECT 'constraint: ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
   FROM pg_constraint WHERE connamespace = 'lockfence'::regnamespace
+UNION ALL
+SELECT 'trigger: ' || pg_get_triggerdef(t.oid) || ' enabled=' || t.tgenabled::text
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = 'lockfence'::regnamespace AND NOT t.tgisinternal
 UNION ALL
 SELECT 'event trigger: ' || evtname || ' ' || evtevent || ' ' || evtfoid::regproc
        || ' tags=' || coalesce(evttags::text, '') || ' enabled=' || evtenabled::text
