@@ -169,6 +169,17 @@ floor_record(int64 floor)
 			 SPI_result_code_string(rc));
 	old = floor_state_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	floor = Max(floor, old);
+
+	/*
+	 * Every backend (this one at its next command) reads the table again.
+	 * Queued before the writes: the statements' command counter increments
+	 * then make it one of an earlier command's invalidations, which an
+	 * abort replays in this backend.  Queued after the last one, it was
+	 * dropped with the failed command, and a verdict read in the same
+	 * command from the rows rolled back (a fence beside accept_promotion()
+	 * in one failing statement) stayed kept.
+	 */
+	CacheInvalidateRelcacheByRelid(relid);
 	rc = SPI_execute("DELETE FROM lockfence.floor_state", false, 0);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "SPI_execute failed clearing lockfence.floor_state: %s",
@@ -184,9 +195,6 @@ floor_record(int64 floor)
 		elog(ERROR, "SPI_execute failed writing lockfence.floor_state: %s",
 			 SPI_result_code_string(rc));
 	fence_store_leave(&state);
-
-	/* Every backend (this one at the next command) reads it again. */
-	CacheInvalidateRelcacheByRelid(relid);
 	floor_state_forget();
 	return floor;
 }
