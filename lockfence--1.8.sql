@@ -695,14 +695,24 @@ BEGIN
     -- trigger pointed at another function lets every write through.  A
     -- table is protected when it has a lockfence trigger, or is listed
     -- (its last one may be the trigger just replaced), and lockfence's
-    -- trigger names are the owner's on any table.
+    -- trigger names are the owner's on any table.  A trigger created on a
+    -- partitioned table is cloned onto its partitions (needing no privilege
+    -- on them) and fires there like one of their own: the clones count.
     FOR foreign_trigger IN
+        WITH RECURSIVE created(oid) AS (
+            SELECT c.objid
+              FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+             WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+            UNION
+            SELECT t.oid
+              FROM pg_catalog.pg_trigger AS t
+              JOIN created ON t.tgparentid = created.oid
+        )
         SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS rel
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+          FROM created
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = created.oid
           JOIN pg_catalog.pg_class AS k ON k.oid = t.tgrelid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
+         WHERE NOT pg_catalog.pg_has_role(k.relowner, 'USAGE')
            AND (t.tgname IN ('zz_lockfence_fence', 'zz_lockfence_fence_truncate')
                 OR EXISTS (SELECT FROM pg_catalog.pg_trigger AS f
                             WHERE f.tgrelid = t.tgrelid
@@ -1243,7 +1253,9 @@ BEGIN
     -- A BEFORE ROW trigger that fires ahead of lockfence's sees the row
     -- first and may change it, its token included: whoever may replace its
     -- function can make any write carry a token of their choosing.  Such
-    -- functions should be the table owner's.
+    -- functions should be the table owner's.  A partition's clone of its
+    -- parent's trigger counts: it fires there, even where the parent
+    -- itself is not protected.
     FOR r IN
         SELECT tg.tgname, tg.tgrelid::pg_catalog.regclass AS rel,
                tg.tgfoid::pg_catalog.regprocedure AS fn, fo.rolname AS fowner,
@@ -1254,7 +1266,6 @@ BEGIN
           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) tg.tgfoid
           JOIN pg_catalog.pg_roles fo ON fo.oid OPERATOR(pg_catalog.=) p.proowner
          WHERE tg.tgfoid OPERATOR(pg_catalog.<>) fence_fn
-           AND tg.tgparentid OPERATOR(pg_catalog.=) 0
            AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 3) OPERATOR(pg_catalog.=) 3   -- ROW, BEFORE
            AND (tg.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 20) OPERATOR(pg_catalog.<>) 0  -- INSERT or UPDATE
            AND EXISTS (SELECT FROM pg_catalog.pg_trigger f

@@ -221,8 +221,49 @@ like(detail_of('trigger_function_foreign'),
 	'... naming the trigger, the function, its owner and the fix');
 $node->safe_psql('postgres', 'ALTER FUNCTION public.srr_stamp() OWNER TO CURRENT_USER');
 is(findings(), '', 'the function the table owner\'s: no rows');
+
 $node->safe_psql('postgres', q{
 DROP TABLE srr_t;
+DROP FUNCTION public.srr_stamp();
+DROP ROLE srr_fn;
+});
+
+# The same trigger made on a partitioned table that is not protected
+# itself: PostgreSQL clones it onto every partition, a protected one
+# included, where it fires ahead of the fence.
+$node->safe_psql('postgres', q{
+CREATE ROLE srr_fn LOGIN;
+CREATE FUNCTION public.srr_stamp() RETURNS trigger LANGUAGE plpgsql
+AS $$ BEGIN RETURN NEW; END $$;
+ALTER FUNCTION public.srr_stamp() OWNER TO srr_fn;
+CREATE TABLE srr_pp (id int, tok bigint) PARTITION BY LIST (id);
+CREATE TABLE srr_pp_a PARTITION OF srr_pp FOR VALUES IN (1);
+SELECT lockfence.protect('srr_pp_a', resource => 'srr', token_column => 'tok');
+CREATE TRIGGER aa_stamp BEFORE INSERT OR UPDATE ON srr_pp
+    FOR EACH ROW EXECUTE FUNCTION public.srr_stamp();
+});
+is(findings(), 'warning trigger_function_foreign',
+	'a partition\'s clone of its unprotected parent\'s trigger: reported');
+like(detail_of('trigger_function_foreign'),
+	qr/^Trigger aa_stamp on public\.srr_pp_a runs before the fence/,
+	'... on the protected partition');
+$node->safe_psql('postgres', 'DROP TRIGGER aa_stamp ON srr_pp');
+# ... and a role that does not own the partition may not make it, even
+# with the TRIGGER privilege on both (which GRANT ALL gives)
+$node->safe_psql('postgres', 'GRANT TRIGGER ON srr_pp, srr_pp_a TO srr_fn');
+my ($clone_out, $clone_err);
+$node->psql('postgres', q{
+SET ROLE srr_fn;
+CREATE TRIGGER aa_stamp BEFORE INSERT OR UPDATE ON srr_pp
+    FOR EACH ROW EXECUTE FUNCTION public.srr_stamp();
+}, stdout => \$clone_out, stderr => \$clone_err, on_error_stop => 1);
+like($clone_err, qr/only the owner of protected table public\.srr_pp_a may create or replace its triggers/,
+	'a non-owner\'s trigger on the parent, cloned onto a protected partition: refused');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_trigger WHERE tgname = 'aa_stamp'}),
+	'0', '... and not made');
+$node->safe_psql('postgres', q{
+DROP TABLE srr_pp;
 DROP FUNCTION public.srr_stamp();
 DROP ROLE srr_fn;
 });
