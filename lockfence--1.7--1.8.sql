@@ -38,6 +38,7 @@ AS $$
 DECLARE
     foreign_trigger record;
 BEGIN
+    PERFORM lockfence.check_ddl_isolation();
     -- Only the owner of a protected table may create or replace its
     -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
     -- privilege (which GRANT ALL gives) and keeps the name: lockfence's
@@ -563,5 +564,77 @@ BEGIN
             END LOOP;
         END IF;
     END IF;
+END
+$$;
+
+-- DDL touching a protected table is refused under REPEATABLE READ or
+-- SERIALIZABLE: the event triggers' checks read the catalogs as of the
+-- transaction's snapshot, which may predate the table's protection.
+CREATE FUNCTION lockfence.check_ddl_isolation()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_check_ddl_isolation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.check_ddl_isolation() IS
+    'Refuse DDL on protected tables under REPEATABLE READ or SERIALIZABLE (the event triggers call it)';
+
+CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tg oid;
+    rel oid;
+BEGIN
+    PERFORM lockfence.check_ddl_isolation();
+    FOR tg IN
+        SELECT t.oid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+    LOOP
+        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
+            PERFORM lockfence.check_trigger(tg);
+        ELSE
+            -- A restore (pg_dump and pg_restore set check_function_bodies =
+            -- off) recreates the trigger as it was, even a broken one: it
+            -- refuses every write, as it did in the source, where the table
+            -- without it would accept any.  lockfence.check() reports it.
+            -- Not a trigger of the wrong shape (a WHEN condition, a column
+            -- list, not BEFORE, an event missing, a statement trigger other
+            -- than TRUNCATE): it would not fire for some writes, and no
+            -- source could have had it (it was refused there).
+            IF NOT EXISTS (
+                SELECT FROM pg_catalog.pg_trigger t
+                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
+                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
+                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
+                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
+                PERFORM lockfence.check_trigger(tg);
+            END IF;
+            BEGIN
+                PERFORM lockfence.check_trigger(tg);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING '%', SQLERRM
+                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
+                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
+            END;
+        END IF;
+    END LOOP;
+
+    FOR rel IN
+        SELECT DISTINCT c.objid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid = 0
+           AND r.relkind IN ('r', 'p', 'f')
+    LOOP
+        PERFORM lockfence.cover_descendants(rel);
+    END LOOP;
+
+    PERFORM lockfence.check_alter_table();
 END
 $$;

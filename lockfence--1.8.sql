@@ -302,6 +302,19 @@ LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION lockfence.alter_table_actions(pg_ddl_command) IS
     'ALTER TABLE subcommands that matter to protected tables';
 
+-- Under REPEATABLE READ or SERIALIZABLE the event triggers' checks would
+-- read the catalogs and rows as of the transaction's snapshot, which may
+-- predate a table's protection: DDL touching a protected table (its
+-- partitions, parents, children, found with the latest snapshot) is
+-- refused there (25000).  Called first by the DDL event trigger functions.
+CREATE FUNCTION lockfence.check_ddl_isolation()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_check_ddl_isolation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.check_ddl_isolation() IS
+    'Refuse DDL on protected tables under REPEATABLE READ or SERIALIZABLE (the event triggers call it)';
+
 -- The partition an ATTACH or DETACH named, as the statement named it: the
 -- table by that name (in that schema, if given) that is now a partition of
 -- parent (ATTACH), or that is no partition and is locked by this
@@ -617,6 +630,7 @@ DECLARE
     tg oid;
     rel oid;
 BEGIN
+    PERFORM lockfence.check_ddl_isolation();
     FOR tg IN
         SELECT t.oid
           FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
@@ -689,6 +703,7 @@ AS $$
 DECLARE
     foreign_trigger record;
 BEGIN
+    PERFORM lockfence.check_ddl_isolation();
     -- Only the owner of a protected table may create or replace its
     -- triggers.  CREATE OR REPLACE TRIGGER needs no more than the TRIGGER
     -- privilege (which GRANT ALL gives) and keeps the name: lockfence's

@@ -13,6 +13,13 @@
  * pg_ddl_command values of pg_event_trigger_ddl_commands(); the policy for
  * each is in lockfence.check_new_triggers().
  *
+ * Those checks, written in SQL, read the catalogs and the rows as of the
+ * statement's snapshot.  Under REPEATABLE READ or SERIALIZABLE that is the
+ * transaction's, which may predate the table's protection (or a partition
+ * attached, a trigger made): the checks would see an unprotected table and
+ * let the command through.  So DDL that touches a protected table, judged
+ * with the latest snapshot, is refused there (lockfence.check_ddl_isolation()).
+ *
  * IDENTIFICATION
  *	  src/fence_ddl.c
  *
@@ -20,16 +27,21 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
 #include "tcop/deparse_utility.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 
+#include "fence_owner.h"
 #include "lockfence.h"
 
 PG_FUNCTION_INFO_V1(lockfence_alter_table_actions);
+PG_FUNCTION_INFO_V1(lockfence_check_ddl_isolation);
 
 /*
  * The lockfence name of an ALTER TABLE subcommand that matters to fenced
@@ -133,4 +145,86 @@ lockfence_alter_table_actions(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * A protected table among the relations the current DDL command touched,
+ * their inheritance ancestors and descendants, and the typed tables of the
+ * types it altered; protected meaning a fence_trigger() trigger, or listed
+ * in lockfence.protected_tables (CREATE OR REPLACE TRIGGER may have just
+ * replaced the last trigger).  Read with the latest snapshot.
+ */
+#define PROTECTED_TOUCHED_SQL \
+	"WITH RECURSIVE cmd AS (" \
+	"  SELECT c.classid, c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() AS c)," \
+	" touched(rel) AS (" \
+	"  SELECT cmd.objid FROM cmd" \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass" \
+	"  UNION SELECT t.tgrelid FROM cmd JOIN pg_catalog.pg_trigger AS t" \
+	"    ON t.oid OPERATOR(pg_catalog.=) cmd.objid" \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass" \
+	"  UNION SELECT r.oid FROM cmd JOIN pg_catalog.pg_class AS r" \
+	"    ON r.reloftype OPERATOR(pg_catalog.=) cmd.objid" \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass)," \
+	" up(rel) AS (SELECT rel FROM touched" \
+	"  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits AS i" \
+	"    JOIN up ON i.inhrelid OPERATOR(pg_catalog.=) up.rel)," \
+	" down(rel) AS (SELECT rel FROM touched" \
+	"  UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i" \
+	"    JOIN down ON i.inhparent OPERATOR(pg_catalog.=) down.rel)" \
+	" SELECT f.rel::pg_catalog.regclass::pg_catalog.text" \
+	"   FROM (SELECT rel FROM up UNION SELECT rel FROM down) AS f" \
+	"  WHERE EXISTS (SELECT FROM pg_catalog.pg_trigger AS t" \
+	"                 WHERE t.tgrelid OPERATOR(pg_catalog.=) f.rel" \
+	"                   AND t.tgfoid OPERATOR(pg_catalog.=) 'lockfence.fence_trigger()'::pg_catalog.regprocedure)" \
+	"     OR EXISTS (SELECT FROM lockfence.protected_tables AS p" \
+	"                 WHERE lockfence.protected_table_oid(p.tbl) OPERATOR(pg_catalog.=) f.rel)" \
+	"  ORDER BY 1 LIMIT 1"
+
+/*
+ * lockfence.check_ddl_isolation() returns void
+ *
+ * Called by lockfence's DDL event trigger functions before their checks:
+ * under REPEATABLE READ or SERIALIZABLE, refuse (25000) a command that
+ * touches a protected table, its partitions, inheritance parents or
+ * children, found with the latest snapshot.  Nothing under READ COMMITTED,
+ * where every statement of the checks takes a new snapshot after the
+ * command's own locks.
+ */
+Datum
+lockfence_check_ddl_isolation(PG_FUNCTION_ARGS)
+{
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	FenceStoreState state;
+	SPIPlanPtr	plan;
+	int			rc;
+	char	   *protected_rel = NULL;
+
+	if (!IsolationUsesXactSnapshot())
+		PG_RETURN_VOID();
+
+	fence_store_enter(&state);
+	plan = SPI_prepare(PROTECTED_TOUCHED_SQL, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for the protected tables a command touched: %s",
+			 SPI_result_code_string(SPI_result));
+	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, true, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed for the protected tables a command touched: %s",
+			 SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+		protected_rel = MemoryContextStrdup(caller_cxt,
+											SPI_getvalue(SPI_tuptable->vals[0],
+														 SPI_tuptable->tupdesc, 1));
+	fence_store_leave(&state);
+
+	if (protected_rel != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("DDL on protected table %s must run under READ COMMITTED", protected_rel),
+				 errdetail("Under %s, lockfence's checks of the command would read the catalogs as of the transaction's snapshot, which may predate the table's protection.",
+						   XactIsoLevel == XACT_SERIALIZABLE ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errhint("Run the command in a READ COMMITTED transaction.")));
+	PG_RETURN_VOID();
 }
