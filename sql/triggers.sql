@@ -598,3 +598,19 @@ SELECT lockfence.check_trigger(oid) FROM pg_trigger WHERE tgname = 'ct_instead';
 SELECT lockfence.check_trigger(0);
 DROP TABLE ct_other;
 DROP FUNCTION ct_noop();
+
+-- a session that keeps creating and dropping protected tables does not
+-- keep a configuration per dropped trigger: the stale ones are removed
+-- when the transaction ends
+DO $$
+BEGIN
+  PERFORM lockfence.fence('tc_churn', 1);
+  FOR i IN 1..200 LOOP
+    CREATE TEMP TABLE tc_churn (id int);
+    PERFORM lockfence.protect('tc_churn', resource => 'tc_churn');
+    INSERT INTO tc_churn VALUES (i);
+    DROP TABLE tc_churn;
+  END LOOP;
+END $$;
+SELECT count(*) <= 5 AS few_configurations FROM pg_backend_memory_contexts
+ WHERE name = 'lockfence trigger configuration';

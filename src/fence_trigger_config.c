@@ -402,6 +402,17 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
  * memory may still be in use by a running statement (a function called by
  * it may change the table, e.g. GRANT, and write it again): it is retired,
  * and freed when the top transaction ends.
+ *
+ * A stale entry no statement comes back for (its trigger or table was
+ * dropped, as a session that creates and drops temporary protected tables
+ * does all day) is removed when the top transaction ends, with its
+ * memory: the hash is keyed by trigger OID, so otherwise every dropped
+ * trigger would keep its entry and context for the life of the backend.
+ * Not sooner, for the same reason as above: the invalidation may arrive
+ * while a statement, or one beneath it, still uses the entry's
+ * configuration (fn_extra keeps it for the whole statement).  A kept
+ * trigger's entry, removed with the others, is validated again by the next
+ * statement, as it would have been anyway.
  */
 typedef struct TriggerConfigEntry
 {
@@ -415,6 +426,7 @@ typedef struct TriggerConfigEntry
 static HTAB *trigger_configs = NULL;
 static MemoryContext trigger_configs_cxt = NULL;
 static List *retired_contexts = NIL;	/* in trigger_configs_cxt */
+static bool stale_entries = false;	/* any entry may be !valid */
 
 /*
  * The table being validated, and whether an invalidation of it arrived
@@ -437,7 +449,33 @@ fence_trigger_invalidate(Datum arg, Oid relid)
 	hash_seq_init(&status, trigger_configs);
 	while ((entry = hash_seq_search(&status)) != NULL)
 		if (!OidIsValid(relid) || entry->relid == relid)
+		{
 			entry->valid = false;
+			stale_entries = true;
+		}
+}
+
+/*
+ * Remove the stale entries, with their memory, at the end of the top
+ * transaction: no statement is running then, so none can still use them.
+ */
+static void
+fence_trigger_remove_stale(void)
+{
+	HASH_SEQ_STATUS status;
+	TriggerConfigEntry *entry;
+
+	hash_seq_init(&status, trigger_configs);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->valid)
+			continue;
+		if (entry->cxt != NULL)
+			MemoryContextDelete(entry->cxt);
+		/* removing the entry just returned is allowed during a scan */
+		(void) hash_search(trigger_configs, &entry->tgoid, HASH_REMOVE, NULL);
+	}
+	stale_entries = false;
 }
 
 static void
@@ -445,7 +483,7 @@ fence_trigger_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	if (retired_contexts == NIL)
+	if (retired_contexts == NIL && !stale_entries)
 		return;
 	switch (event)
 	{
@@ -458,6 +496,8 @@ fence_trigger_xact_callback(XactEvent event, void *arg)
 				MemoryContextDelete((MemoryContext) lfirst(lc));
 			list_free(retired_contexts);
 			retired_contexts = NIL;
+			if (stale_entries)
+				fence_trigger_remove_stale();
 			break;
 		default:
 			break;
@@ -499,12 +539,14 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	{
 		/*
 		 * relid too: fence_trigger_invalidate reads it, and an entry whose
-		 * first validation fails stays in the table (Valgrind saw the read).
+		 * first validation fails stays in the table (Valgrind saw the read)
+		 * until the transaction ends and removes it, as stale.
 		 */
 		entry->relid = InvalidOid;
 		entry->valid = false;
 		entry->cxt = NULL;
 		entry->config = NULL;
+		stale_entries = true;
 	}
 	if (entry->valid && entry->relid == RelationGetRelid(rel))
 	{
@@ -538,6 +580,8 @@ fence_trigger_config(Trigger *trigger, Relation rel)
 	entry->relid = RelationGetRelid(rel);
 	/* an invalidation that arrived while validating: validate again next */
 	entry->valid = !validation_invalidated;
+	if (!entry->valid)
+		stale_entries = true;
 	return config;
 }
 
