@@ -605,7 +605,7 @@ DROP FUNCTION ct_noop();
 DO $$
 BEGIN
   PERFORM lockfence.fence('tc_churn', 1);
-  FOR i IN 1..200 LOOP
+  FOR i IN 1..30 LOOP
     CREATE TEMP TABLE tc_churn (id int);
     PERFORM lockfence.protect('tc_churn', resource => 'tc_churn');
     INSERT INTO tc_churn VALUES (i);
