@@ -4,14 +4,21 @@
 \echo Use "ALTER EXTENSION lockfence UPDATE TO '1.8'" to load this file. \quit
 
 -- The changes of 2026-12-06 (CHANGELOG 1.8): a write to
--- lockfence.floor_state by hand reaches connected sessions.
+-- lockfence.floor_state by hand reaches connected sessions (and check()
+-- reports its triggers disabled); the owner rule counts the clones of a
+-- trigger made on a partitioned table; DDL touching a protected table
+-- under REPEATABLE READ or SERIALIZABLE is checked against the latest
+-- catalogs.
 
 -- A write to lockfence.floor_state that does not go through the floor
 -- functions (by its owner, a member of pg_write_all_data, a data-only
 -- restore, logical replication's apply) sends the relcache invalidation
 -- those functions send, so that connected sessions judge the table again
 -- rather than keep a verdict (and a global floor) read before the write.
--- ENABLE ALWAYS: also for sessions with session_replication_role = replica.
+-- ENABLE ALWAYS: also for sessions with session_replication_role = replica
+-- and for logical replication's apply, which fires row triggers only (so a
+-- row trigger, and a statement trigger for TRUNCATE).  check() reports
+-- them disabled or not ALWAYS.
 CREATE FUNCTION lockfence.floor_state_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'lockfence_floor_state_changed'
@@ -23,13 +30,27 @@ COMMENT ON FUNCTION lockfence.floor_state_changed() IS
 REVOKE ALL ON FUNCTION lockfence.floor_state_changed() FROM PUBLIC;
 
 CREATE TRIGGER floor_state_changed
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON lockfence.floor_state
+    AFTER INSERT OR UPDATE OR DELETE ON lockfence.floor_state
+    FOR EACH ROW EXECUTE FUNCTION lockfence.floor_state_changed();
+CREATE TRIGGER floor_state_truncated
+    AFTER TRUNCATE ON lockfence.floor_state
     FOR EACH STATEMENT EXECUTE FUNCTION lockfence.floor_state_changed();
 ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_changed;
+ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_truncated;
 
--- Only the owner of a protected table may create its triggers: the clones
--- of a trigger created on a partitioned table count (on a protected
--- partition of an unprotected parent, they were let through).
+-- Under REPEATABLE READ or SERIALIZABLE the event triggers' checks would
+-- read the catalogs and rows as of the transaction's snapshot, which may
+-- predate a table's protection: DDL touching a protected table (its
+-- partitions, parents, children, found with the latest snapshot) is
+-- refused there (25000).  Called first by the DDL event trigger functions.
+CREATE FUNCTION lockfence.check_ddl_isolation()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_check_ddl_isolation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.check_ddl_isolation() IS
+    'Refuse DDL on protected tables under REPEATABLE READ or SERIALIZABLE (the event triggers call it)';
+
 CREATE OR REPLACE FUNCTION lockfence.check_trigger_owners()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -46,8 +67,9 @@ BEGIN
     -- table is protected when it has a lockfence trigger, or is listed
     -- (its last one may be the trigger just replaced), and lockfence's
     -- trigger names are the owner's on any table.  A trigger created on a
-    -- partitioned table is cloned onto its partitions (needing no privilege
-    -- on them) and fires there like one of their own: the clones count.
+    -- partitioned table is cloned onto its partitions (needing only the
+    -- TRIGGER privilege on them, which GRANT ALL gives) and fires there like
+    -- one of their own: the clones count.
     FOR foreign_trigger IN
         WITH RECURSIVE created(oid) AS (
             SELECT c.objid
@@ -79,8 +101,79 @@ BEGIN
 END
 $$;
 
--- check(): trigger_function_foreign also reports a partition's clone of
--- its parent's trigger.
+CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tg oid;
+    rel oid;
+BEGIN
+    PERFORM lockfence.check_ddl_isolation();
+    FOR tg IN
+        SELECT t.oid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
+           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+    LOOP
+        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
+            PERFORM lockfence.check_trigger(tg);
+        ELSE
+            -- A restore (pg_dump and pg_restore set check_function_bodies =
+            -- off) recreates the trigger as it was, even a broken one: it
+            -- refuses every write, as it did in the source, where the table
+            -- without it would accept any.  lockfence.check() reports it.
+            -- Not a trigger of the wrong shape (a WHEN condition, a column
+            -- list, not BEFORE, an event missing, a statement trigger other
+            -- than TRUNCATE): it would not fire for some writes, and no
+            -- source could have had it (it was refused there).
+            IF NOT EXISTS (
+                SELECT FROM pg_catalog.pg_trigger t
+                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
+                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
+                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
+                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
+                PERFORM lockfence.check_trigger(tg);
+            END IF;
+            BEGIN
+                PERFORM lockfence.check_trigger(tg);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING '%', SQLERRM
+                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
+                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
+            END;
+        END IF;
+    END LOOP;
+
+    FOR rel IN
+        SELECT DISTINCT c.objid
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
+         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid = 0
+           AND r.relkind IN ('r', 'p', 'f')
+    LOOP
+        PERFORM lockfence.cover_descendants(rel);
+    END LOOP;
+
+    PERFORM lockfence.check_alter_table();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lockfence.track_protected_tables()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM lockfence.check_ddl_isolation();
+    PERFORM lockfence.sync_protected_tables(
+        renamed => TG_TAG OPERATOR(pg_catalog.<>) ALL (ARRAY['CREATE TRIGGER', 'CREATE SCHEMA']));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION lockfence.check()
 RETURNS TABLE (severity text, finding text, detail text, hint text)
 LANGUAGE plpgsql
@@ -507,6 +600,24 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- (1.8) The triggers that make connected sessions see a write to
+    -- lockfence.floor_state made without the floor functions.  A data-only
+    -- restore with --disable-triggers ends with ENABLE TRIGGER ALL, which
+    -- leaves them enabled, but not ALWAYS.
+    FOR r IN
+        SELECT t.tgname, t.tgenabled
+          FROM pg_catalog.pg_trigger t
+         WHERE t.tgrelid OPERATOR(pg_catalog.=) 'lockfence.floor_state'::pg_catalog.regclass
+           AND t.tgfoid OPERATOR(pg_catalog.=) 'lockfence.floor_state_changed()'::pg_catalog.regprocedure
+           AND t.tgenabled OPERATOR(pg_catalog.<>) 'A'
+         ORDER BY t.tgname
+    LOOP
+        RETURN QUERY SELECT 'warning', 'floor_trigger_not_always',
+            pg_catalog.format('Trigger %I on lockfence.floor_state is %s: a write to the table made without the floor functions (by hand, a restore, logical replication) is not seen by sessions already connected, which keep judging fences by the floor and server identity they read before.',
+                              r.tgname, CASE r.tgenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' ELSE 'not enabled ALWAYS' END),
+            pg_catalog.format('ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER %I;', r.tgname);
+    END LOOP;
+
     -- etcd is probed when it is configured (endpoints not the default) or
     -- when a lock function has been granted to anyone.
     endpoints := pg_catalog.current_setting('lockfence.etcd_endpoints', true);
@@ -564,77 +675,5 @@ BEGIN
             END LOOP;
         END IF;
     END IF;
-END
-$$;
-
--- DDL touching a protected table is refused under REPEATABLE READ or
--- SERIALIZABLE: the event triggers' checks read the catalogs as of the
--- transaction's snapshot, which may predate the table's protection.
-CREATE FUNCTION lockfence.check_ddl_isolation()
-RETURNS void
-AS 'MODULE_PATHNAME', 'lockfence_check_ddl_isolation'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION lockfence.check_ddl_isolation() IS
-    'Refuse DDL on protected tables under REPEATABLE READ or SERIALIZABLE (the event triggers call it)';
-
-CREATE OR REPLACE FUNCTION lockfence.check_new_triggers()
-RETURNS event_trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    tg oid;
-    rel oid;
-BEGIN
-    PERFORM lockfence.check_ddl_isolation();
-    FOR tg IN
-        SELECT t.oid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_trigger AS t ON t.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass
-           AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
-    LOOP
-        IF pg_catalog.current_setting('check_function_bodies')::boolean THEN
-            PERFORM lockfence.check_trigger(tg);
-        ELSE
-            -- A restore (pg_dump and pg_restore set check_function_bodies =
-            -- off) recreates the trigger as it was, even a broken one: it
-            -- refuses every write, as it did in the source, where the table
-            -- without it would accept any.  lockfence.check() reports it.
-            -- Not a trigger of the wrong shape (a WHEN condition, a column
-            -- list, not BEFORE, an event missing, a statement trigger other
-            -- than TRUNCATE): it would not fire for some writes, and no
-            -- source could have had it (it was refused there).
-            IF NOT EXISTS (
-                SELECT FROM pg_catalog.pg_trigger t
-                 WHERE t.oid OPERATOR(pg_catalog.=) tg AND t.tgqual IS NULL
-                   AND ((t.tgtype OPERATOR(pg_catalog.=) 31  -- ROW BEFORE INSERT UPDATE DELETE
-                         AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0)
-                        OR t.tgtype OPERATOR(pg_catalog.=) 34)) THEN  -- STATEMENT BEFORE TRUNCATE
-                PERFORM lockfence.check_trigger(tg);
-            END IF;
-            BEGIN
-                PERFORM lockfence.check_trigger(tg);
-            EXCEPTION WHEN OTHERS THEN
-                RAISE WARNING '%', SQLERRM
-                    USING DETAIL = 'The trigger was created anyway (check_function_bodies is off, as in a restore): every write to the table fails until it is fixed.',
-                          HINT = 'Run SELECT * FROM lockfence.check(); and fix the trigger as its finding says.';
-            END;
-        END IF;
-    END LOOP;
-
-    FOR rel IN
-        SELECT DISTINCT c.objid
-          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
-          JOIN pg_catalog.pg_class AS r ON r.oid = c.objid
-         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND c.objsubid = 0
-           AND r.relkind IN ('r', 'p', 'f')
-    LOOP
-        PERFORM lockfence.cover_descendants(rel);
-    END LOOP;
-
-    PERFORM lockfence.check_alter_table();
 END
 $$;

@@ -602,6 +602,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM lockfence.check_ddl_isolation();
     PERFORM lockfence.sync_protected_tables(
         renamed => TG_TAG OPERATOR(pg_catalog.<>) ALL (ARRAY['CREATE TRIGGER', 'CREATE SCHEMA']));
 END
@@ -711,8 +712,9 @@ BEGIN
     -- table is protected when it has a lockfence trigger, or is listed
     -- (its last one may be the trigger just replaced), and lockfence's
     -- trigger names are the owner's on any table.  A trigger created on a
-    -- partitioned table is cloned onto its partitions (needing no privilege
-    -- on them) and fires there like one of their own: the clones count.
+    -- partitioned table is cloned onto its partitions (needing only the
+    -- TRIGGER privilege on them, which GRANT ALL gives) and fires there like
+    -- one of their own: the clones count.
     FOR foreign_trigger IN
         WITH RECURSIVE created(oid) AS (
             SELECT c.objid
@@ -1634,6 +1636,24 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- (1.8) The triggers that make connected sessions see a write to
+    -- lockfence.floor_state made without the floor functions.  A data-only
+    -- restore with --disable-triggers ends with ENABLE TRIGGER ALL, which
+    -- leaves them enabled, but not ALWAYS.
+    FOR r IN
+        SELECT t.tgname, t.tgenabled
+          FROM pg_catalog.pg_trigger t
+         WHERE t.tgrelid OPERATOR(pg_catalog.=) 'lockfence.floor_state'::pg_catalog.regclass
+           AND t.tgfoid OPERATOR(pg_catalog.=) 'lockfence.floor_state_changed()'::pg_catalog.regprocedure
+           AND t.tgenabled OPERATOR(pg_catalog.<>) 'A'
+         ORDER BY t.tgname
+    LOOP
+        RETURN QUERY SELECT 'warning', 'floor_trigger_not_always',
+            pg_catalog.format('Trigger %I on lockfence.floor_state is %s: a write to the table made without the floor functions (by hand, a restore, logical replication) is not seen by sessions already connected, which keep judging fences by the floor and server identity they read before.',
+                              r.tgname, CASE r.tgenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' ELSE 'not enabled ALWAYS' END),
+            pg_catalog.format('ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER %I;', r.tgname);
+    END LOOP;
+
     -- etcd is probed when it is configured (endpoints not the default) or
     -- when a lock function has been granted to anyone.
     endpoints := pg_catalog.current_setting('lockfence.etcd_endpoints', true);
@@ -1913,7 +1933,10 @@ REVOKE ALL ON FUNCTION lockfence.accept_promotion() FROM PUBLIC;
 -- restore, logical replication's apply) sends the relcache invalidation
 -- those functions send, so that connected sessions judge the table again
 -- rather than keep a verdict (and a global floor) read before the write.
--- ENABLE ALWAYS: also for sessions with session_replication_role = replica.
+-- ENABLE ALWAYS: also for sessions with session_replication_role = replica
+-- and for logical replication's apply, which fires row triggers only (so a
+-- row trigger, and a statement trigger for TRUNCATE).  check() reports
+-- them disabled or not ALWAYS.
 CREATE FUNCTION lockfence.floor_state_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'lockfence_floor_state_changed'
@@ -1925,9 +1948,13 @@ COMMENT ON FUNCTION lockfence.floor_state_changed() IS
 REVOKE ALL ON FUNCTION lockfence.floor_state_changed() FROM PUBLIC;
 
 CREATE TRIGGER floor_state_changed
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON lockfence.floor_state
+    AFTER INSERT OR UPDATE OR DELETE ON lockfence.floor_state
+    FOR EACH ROW EXECUTE FUNCTION lockfence.floor_state_changed();
+CREATE TRIGGER floor_state_truncated
+    AFTER TRUNCATE ON lockfence.floor_state
     FOR EACH STATEMENT EXECUTE FUNCTION lockfence.floor_state_changed();
 ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_changed;
+ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_truncated;
 
 /* lockfence: leases (lease locks whose token is the fence's token) */
 

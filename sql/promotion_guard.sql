@@ -59,10 +59,10 @@ SELECT has_table_privilege('public', 'lockfence.floor_state', 'INSERT'),
        has_table_privilege('public', 'lockfence.floor_state', 'SELECT'),
        has_function_privilege('public', 'lockfence.floor_record(bigint)', 'EXECUTE');
 -- (1.8) a write by hand reaches connected sessions through the table's
--- statement trigger (test/specs/floor_state_by_hand.spec), enabled ALWAYS;
--- its function serves nothing else
+-- triggers (test/specs/floor_state_by_hand.spec), enabled ALWAYS; their
+-- function serves nothing else
 SELECT tgname, tgenabled, pg_get_triggerdef(oid) FROM pg_trigger
- WHERE tgrelid = 'lockfence.floor_state'::regclass;
+ WHERE tgrelid = 'lockfence.floor_state'::regclass ORDER BY tgname;
 SELECT has_function_privilege('public', 'lockfence.floor_state_changed()', 'EXECUTE');
 CREATE TEMP TABLE not_floor_state (a int);
 CREATE TRIGGER misused BEFORE INSERT ON not_floor_state
@@ -97,6 +97,15 @@ SELECT lockfence.fence('guard-abort', 9223372036854775807);
 \echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.accept_promotion() >= 0 AS accepted;
 ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_changed;
+-- check() reports a trigger of floor_state disabled, or not ALWAYS (as a
+-- data-only restore with --disable-triggers leaves them)
+ALTER TABLE lockfence.floor_state DISABLE TRIGGER floor_state_truncated;
+ALTER TABLE lockfence.floor_state ENABLE TRIGGER floor_state_changed;
+SELECT severity, finding, hint FROM lockfence.check()
+ WHERE finding = 'floor_trigger_not_always' ORDER BY hint;
+ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_changed;
+ALTER TABLE lockfence.floor_state ENABLE ALWAYS TRIGGER floor_state_truncated;
+SELECT count(*) FROM lockfence.check() WHERE finding = 'floor_trigger_not_always';
 
 \c contrib_regression
 DROP DATABASE lockfence_promotion_guard;

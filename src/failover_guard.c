@@ -31,9 +31,9 @@
  * system identifier of a running server never changes): in the steady
  * state the guard costs a comparison.  A change of lockfence.floor_state
  * sends a relcache invalidation for the table, which makes every backend
- * read it again: the functions here send it, and since 1.8 so does the
- * table's statement trigger for a write made any other way (by hand, a
- * restore, logical replication).  A refused backend reads the table on
+ * read it again: the functions here send it, and since 1.8 so do the
+ * table's triggers for a write made any other way (by hand, a restore,
+ * logical replication).  A refused backend reads the table on
  * every call, so that a raised floor lifts the refusal at once.
  *
  * During recovery the guard does nothing: nothing can be written there.
@@ -288,23 +288,23 @@ lockfence_floor_status(PG_FUNCTION_ARGS)
 /*
  * lockfence.floor_state_changed() returns trigger
  *
- * AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE FOR EACH STATEMENT on
+ * AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, and AFTER TRUNCATE, on
  * lockfence.floor_state (1.8), enabled ALWAYS.  A write that does not go
  * through floor_record() would otherwise be seen only by sessions that
  * start after it: the others keep the verdict and the global floor they
- * read before.  The invalidation is sent at commit, as floor_record()'s.
+ * read before.  A row trigger, because logical replication's apply fires
+ * no statement triggers for the rows it writes.  The invalidation is sent
+ * at commit, as floor_record()'s.
  */
 Datum
 lockfence_floor_state_changed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
-	if (!CALLED_AS_TRIGGER(fcinfo) ||
-		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("lockfence.floor_state_changed() must be fired AFTER ... FOR EACH STATEMENT")));
+				 errmsg("lockfence.floor_state_changed() must be fired AFTER the write")));
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	floor_state_forget();
 	PG_RETURN_POINTER(NULL);

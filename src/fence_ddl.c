@@ -17,8 +17,12 @@
  * statement's snapshot.  Under REPEATABLE READ or SERIALIZABLE that is the
  * transaction's, which may predate the table's protection (or a partition
  * attached, a trigger made): the checks would see an unprotected table and
- * let the command through.  So DDL that touches a protected table, judged
- * with the latest snapshot, is refused there (lockfence.check_ddl_isolation()).
+ * let the command through.  lockfence.check_ddl_isolation() looks, with the
+ * latest snapshot, at the catalog rows that describe the protected tables
+ * a command touches, and refuses the command (40001) when one of them was
+ * written by a transaction the snapshot does not see; and ATTACH PARTITION
+ * into a protected table, whose check reads the new partition's rows as of
+ * the snapshot, is refused there outright (25000).
  *
  * IDENTIFICATION
  *	  src/fence_ddl.c
@@ -27,13 +31,16 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
 #include "tcop/deparse_utility.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
@@ -147,16 +154,22 @@ lockfence_alter_table_actions(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+
 /*
- * A protected table among the relations the current DDL command touched,
- * their inheritance ancestors and descendants, and the typed tables of the
- * types it altered; protected meaning a fence_trigger() trigger, or listed
- * in lockfence.protected_tables (CREATE OR REPLACE TRIGGER may have just
- * replaced the last trigger).  Read with the latest snapshot.
+ * The tables a DDL command touched (relations, the tables of its triggers,
+ * the typed tables of a composite type it altered, the tables of a schema
+ * it altered), with their inheritance ancestors and descendants: the
+ * family.  If one of them is protected (a fence_trigger() trigger, or
+ * listed in lockfence.protected_tables: CREATE OR REPLACE TRIGGER may have
+ * just replaced the last trigger), the first one's name, whether the
+ * command attached a partition, and the xmin of every catalog row that
+ * describes the family (its pg_class, pg_attribute, pg_inherits and
+ * pg_trigger rows and its rows of lockfence.protected_tables).  Run with
+ * the latest snapshot.
  */
-#define PROTECTED_TOUCHED_SQL \
+#define DDL_FAMILY_SQL \
 	"WITH RECURSIVE cmd AS (" \
-	"  SELECT c.classid, c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() AS c)," \
+	"  SELECT c.classid, c.objid, c.command FROM pg_catalog.pg_event_trigger_ddl_commands() AS c)," \
 	" touched(rel) AS (" \
 	"  SELECT cmd.objid FROM cmd" \
 	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass" \
@@ -165,66 +178,128 @@ lockfence_alter_table_actions(PG_FUNCTION_ARGS)
 	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass" \
 	"  UNION SELECT r.oid FROM cmd JOIN pg_catalog.pg_class AS r" \
 	"    ON r.reloftype OPERATOR(pg_catalog.=) cmd.objid" \
-	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass)," \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass" \
+	"  UNION SELECT r.oid FROM cmd JOIN pg_catalog.pg_class AS k" \
+	"    ON k.oid OPERATOR(pg_catalog.=) cmd.objid AND k.relkind OPERATOR(pg_catalog.=) 'c'" \
+	"    JOIN pg_catalog.pg_class AS r ON r.reloftype OPERATOR(pg_catalog.=) k.reltype" \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass" \
+	"  UNION SELECT r.oid FROM cmd JOIN pg_catalog.pg_class AS r" \
+	"    ON r.relnamespace OPERATOR(pg_catalog.=) cmd.objid AND r.relkind IN ('r', 'p', 'f')" \
+	"   WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass)," \
 	" up(rel) AS (SELECT rel FROM touched" \
 	"  UNION SELECT i.inhparent FROM pg_catalog.pg_inherits AS i" \
 	"    JOIN up ON i.inhrelid OPERATOR(pg_catalog.=) up.rel)," \
 	" down(rel) AS (SELECT rel FROM touched" \
 	"  UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i" \
-	"    JOIN down ON i.inhparent OPERATOR(pg_catalog.=) down.rel)" \
-	" SELECT f.rel::pg_catalog.regclass::pg_catalog.text" \
-	"   FROM (SELECT rel FROM up UNION SELECT rel FROM down) AS f" \
+	"    JOIN down ON i.inhparent OPERATOR(pg_catalog.=) down.rel)," \
+	" family(rel) AS (SELECT rel FROM up UNION SELECT rel FROM down)," \
+	" listed AS MATERIALIZED (" \
+	"  SELECT lockfence.protected_table_oid(p.tbl) AS rel, p.xmin" \
+	"    FROM lockfence.protected_tables AS p)," \
+	" protected(rel) AS (SELECT f.rel FROM family AS f" \
 	"  WHERE EXISTS (SELECT FROM pg_catalog.pg_trigger AS t" \
 	"                 WHERE t.tgrelid OPERATOR(pg_catalog.=) f.rel" \
 	"                   AND t.tgfoid OPERATOR(pg_catalog.=) 'lockfence.fence_trigger()'::pg_catalog.regprocedure)" \
-	"     OR EXISTS (SELECT FROM lockfence.protected_tables AS p" \
-	"                 WHERE lockfence.protected_table_oid(p.tbl) OPERATOR(pg_catalog.=) f.rel)" \
-	"  ORDER BY 1 LIMIT 1"
+	"     OR EXISTS (SELECT FROM listed AS l WHERE l.rel OPERATOR(pg_catalog.=) f.rel))" \
+	" SELECT (SELECT p.rel::pg_catalog.regclass::pg_catalog.text FROM protected AS p" \
+	"          ORDER BY p.rel LIMIT 1)," \
+	"        EXISTS (SELECT FROM cmd, lockfence.alter_table_actions(cmd.command) AS a" \
+	"                 WHERE a.action OPERATOR(pg_catalog.=) 'attach partition')," \
+	"        ARRAY(SELECT c.xmin FROM pg_catalog.pg_class AS c JOIN family AS f" \
+	"                ON c.oid OPERATOR(pg_catalog.=) f.rel" \
+	"              UNION ALL SELECT a.xmin FROM pg_catalog.pg_attribute AS a JOIN family AS f" \
+	"                ON a.attrelid OPERATOR(pg_catalog.=) f.rel" \
+	"              UNION ALL SELECT i.xmin FROM pg_catalog.pg_inherits AS i JOIN family AS f" \
+	"                ON f.rel IN (i.inhrelid, i.inhparent)" \
+	"              UNION ALL SELECT t.xmin FROM pg_catalog.pg_trigger AS t JOIN family AS f" \
+	"                ON t.tgrelid OPERATOR(pg_catalog.=) f.rel" \
+	"              UNION ALL SELECT l.xmin FROM listed AS l JOIN family AS f" \
+	"                ON l.rel OPERATOR(pg_catalog.=) f.rel)"
 
 /*
  * lockfence.check_ddl_isolation() returns void
  *
- * Called by lockfence's DDL event trigger functions before their checks:
- * under REPEATABLE READ or SERIALIZABLE, refuse (25000) a command that
- * touches a protected table, its partitions, inheritance parents or
- * children, found with the latest snapshot.  Nothing under READ COMMITTED,
- * where every statement of the checks takes a new snapshot after the
- * command's own locks.
+ * Called by lockfence's DDL event trigger functions before their checks.
+ * Under READ COMMITTED nothing: every statement of the checks takes a new
+ * snapshot after the command's own locks.  Under REPEATABLE READ or
+ * SERIALIZABLE, for a command touching a protected table's family: a
+ * catalog row describing it that the transaction's snapshot does not see
+ * (written by a transaction that committed after it) is a serialization
+ * failure, since the checks would judge the family as it was; and ATTACH
+ * PARTITION is refused, since its check reads the partition's rows as of
+ * the snapshot, and rows committed since would not be seen.  A restore or
+ * protect() with nothing changed concurrently passes.
  */
 Datum
 lockfence_check_ddl_isolation(PG_FUNCTION_ARGS)
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	Snapshot	xact_snapshot;
 	FenceStoreState state;
 	SPIPlanPtr	plan;
 	int			rc;
+	bool		isnull;
 	char	   *protected_rel = NULL;
+	bool		attaches = false;
+	bool		stale = false;
 
 	if (!IsolationUsesXactSnapshot())
 		PG_RETURN_VOID();
+	xact_snapshot = GetTransactionSnapshot();
 
 	fence_store_enter(&state);
-	plan = SPI_prepare(PROTECTED_TOUCHED_SQL, 0, NULL);
+	plan = SPI_prepare(DDL_FAMILY_SQL, 0, NULL);
 	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for the protected tables a command touched: %s",
+		elog(ERROR, "SPI_prepare failed for the tables a command touched: %s",
 			 SPI_result_code_string(SPI_result));
 	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
 							  InvalidSnapshot, true, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed for the protected tables a command touched: %s",
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "SPI_execute failed for the tables a command touched: %s",
 			 SPI_result_code_string(rc));
-	if (SPI_processed > 0)
+	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+	{
+		Datum		xmins;
+		ArrayType  *arr;
+		Datum	   *elems;
+		int			n;
+
 		protected_rel = MemoryContextStrdup(caller_cxt,
 											SPI_getvalue(SPI_tuptable->vals[0],
 														 SPI_tuptable->tupdesc, 1));
+		attaches = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 2, &isnull));
+		xmins = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3,
+							  &isnull);
+		arr = DatumGetArrayTypeP(xmins);
+		deconstruct_array(arr, XIDOID, sizeof(TransactionId), true,
+						  TYPALIGN_INT, &elems, NULL, &n);
+		for (int i = 0; i < n && !stale; i++)
+		{
+			TransactionId xmin = DatumGetTransactionId(elems[i]);
+
+			stale = TransactionIdIsNormal(xmin) &&
+				!TransactionIdIsCurrentTransactionId(xmin) &&
+				XidInMVCCSnapshot(xmin, xact_snapshot);
+		}
+	}
 	fence_store_leave(&state);
 
-	if (protected_rel != NULL)
+	if (attaches)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("DDL on protected table %s must run under READ COMMITTED", protected_rel),
-				 errdetail("Under %s, lockfence's checks of the command would read the catalogs as of the transaction's snapshot, which may predate the table's protection.",
+				 errmsg("ATTACH PARTITION into protected table %s must run under READ COMMITTED",
+						protected_rel),
+				 errdetail("Under %s, lockfence's check of the partition's rows would read them as of the transaction's snapshot, without the rows committed since.",
 						   XactIsoLevel == XACT_SERIALIZABLE ? "SERIALIZABLE" : "REPEATABLE READ"),
-				 errhint("Run the command in a READ COMMITTED transaction.")));
+				 errhint("Attach the partition in a READ COMMITTED transaction.")));
+	if (stale)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent change of protected table %s",
+						protected_rel),
+				 errdetail("The table, or one of its partitions, parents or triggers, was changed by a transaction that committed after this transaction's snapshot; lockfence's checks of the command would judge it as it was."),
+				 errhint("Retry the transaction, or run the command under READ COMMITTED.")));
 	PG_RETURN_VOID();
 }

@@ -5,8 +5,8 @@
 #
 # A database with fences and tables protected with lockfence.protect() is
 # dumped with pg_dump, and restored (1) with pg_restore into a new database
-# of the same cluster and (2) with psql from a plain dump into a new
-# cluster.  In both copies the fence rows are kept exactly (the table is
+# of the same cluster (also one whose sessions default to SERIALIZABLE) and
+# (2) with psql from a plain dump into a new cluster.  In both copies the fence rows are kept exactly (the table is
 # marked with pg_extension_config_dump), stale tokens and other holders'
 # tokens are still rejected, and the triggers still protect the tables.
 # A restore that brings the data but not the triggers (without post-data,
@@ -165,6 +165,19 @@ $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '-d', 'dst', $custom ],
 	'pg_restore into a new database');
 check_copy($source, 'dst', 'pg_restore');
+
+# 1b. The same into a database whose sessions default to SERIALIZABLE: the
+# restore's CREATE TRIGGER runs under a transaction snapshot, and
+# lockfence's refusal of DDL on protected tables changed since the
+# snapshot (1.8) must not refuse a restore, which nobody changes beside it.
+$source->safe_psql('postgres', q{
+CREATE DATABASE dst_serializable;
+ALTER DATABASE dst_serializable SET default_transaction_isolation = 'serializable';
+});
+$source->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', 'dst_serializable', $custom ],
+	'pg_restore into a database whose default isolation is SERIALIZABLE');
+check_copy($source, 'dst_serializable', 'pg_restore (SERIALIZABLE)');
 
 # 2. Plain dump, restored with psql into a new cluster.
 my $plain = "$tempdir/src.sql";
