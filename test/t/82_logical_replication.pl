@@ -11,6 +11,8 @@
 #   written by apply without firing their (ENABLE ORIGIN) triggers.
 # - ENABLE ALWAYS on a subscriber's lockfence trigger stalls apply with a
 #   lockfence error, and check() warns about it.
+# - (1.8) lockfence.floor_state written by apply reaches the subscriber's
+#   connected sessions.
 
 use strict;
 use warnings;
@@ -143,6 +145,47 @@ is($sub->safe_psql('postgres', 'SELECT count(*) FROM jobs WHERE id = 3'),
 	'1', 'back to ENABLE: apply resumes');
 
 $sub->safe_psql('postgres', 'DROP SUBSCRIPTION s');
+
+# (1.8) lockfence.floor_state written by apply reaches the subscriber's
+# connected sessions: apply fires row triggers, not statement triggers.
+# Two databases of one cluster (so both record the same server), the
+# table published with REPLICA IDENTITY FULL and its rows made equal.
+$pub->safe_psql('postgres', 'CREATE DATABASE fpub');
+$pub->safe_psql('postgres', 'CREATE DATABASE fsub');
+for my $db ('fpub', 'fsub')
+{
+	$pub->safe_psql($db, q{
+CREATE EXTENSION lockfence;
+ALTER TABLE lockfence.floor_state REPLICA IDENTITY FULL;
+UPDATE lockfence.floor_state SET recorded_at = '2026-01-01 00:00:00+00';
+});
+}
+$pub->safe_psql('fpub', q{
+CREATE PUBLICATION floors FOR TABLE lockfence.floor_state;
+SELECT pg_create_logical_replication_slot('floors', 'pgoutput');
+});
+(my $fpub_connstr = $pub->connstr('fpub')) =~ s/'/''/g;
+$pub->safe_psql('fsub', "CREATE SUBSCRIPTION floors CONNECTION '$fpub_connstr' PUBLICATION floors"
+	  . " WITH (create_slot = false, slot_name = 'floors', copy_data = false)");
+my $writer = $pub->background_psql('fsub', on_error_stop => 0);
+$writer->query_safe(q{SELECT lockfence.fence('lr-r', 5)});
+$pub->safe_psql('fpub', 'UPDATE lockfence.floor_state SET floor = 1000');
+$pub->wait_for_catchup('floors');
+is($pub->safe_psql('fsub', 'SELECT floor FROM lockfence.floor_state'),
+	'1000', 'floor_state: the floor raised on the publisher is applied');
+my $verdict = $writer->query(q{
+DO $$ BEGIN
+	PERFORM lockfence.fence('lr-new', 3);
+	RAISE NOTICE 'lr-new 3: accepted';
+EXCEPTION WHEN OTHERS THEN
+	RAISE NOTICE 'lr-new 3: refused, %', SQLSTATE;
+END $$;
+SELECT 'done';});
+like($writer->{stderr}, qr/lr-new 3: refused, LF001/,
+	'... and a session connected before judges by it: a new name under it is stale');
+$writer->quit;
+$pub->safe_psql('fsub', 'DROP SUBSCRIPTION floors');
+
 $sub->stop;
 $pub->stop;
 done_testing();
