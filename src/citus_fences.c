@@ -35,6 +35,18 @@
  * until Citus cleans it up.  The statements of fence_store.c and lease.c
  * on a shard are planned once per shard and kept with the map.
  *
+ * A move must also not commit while a transaction that fenced (or took a
+ * lease) on the old node is still open: the move copies the committed
+ * fence, and the open transaction would then commit its fence, and the
+ * writes its cached fence lets through, into the old node's copy, which
+ * Citus drops: the new node's fence stays behind, and a second holder is
+ * granted the same token there.  Citus' own writes hold the metadata lock
+ * of their shard group (share) to the end of the transaction, and a move
+ * takes it exclusively on every node before its cut-over; a delegated
+ * lockfence call takes nothing, so lockfence takes it the same way, by
+ * Citus' lock_shard_metadata() (which knows Citus' lock tags), as the
+ * owner of lockfence.fences, which Citus requires.
+ *
  * IDENTIFICATION
  *	  src/citus_fences.c
  *
@@ -50,9 +62,16 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "parser/parse_func.h"
+#include "storage/lmgr.h"
 #include "lib/stringinfo.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
+#include "utils/syscache.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -275,36 +294,102 @@ citus_fences_read_map(Oid fences)
 	map->valid = (invalidations == fence_map_invalidations);
 }
 
+/* The shard of the map whose hash range holds hash, or NULL. */
+static const CitusFenceShard *
+citus_fences_find(int32 hash)
+{
+	for (int i = 0; i < fence_map.nshards; i++)
+	{
+		if (hash >= fence_map.shards[i].min && hash <= fence_map.shards[i].max)
+			return &fence_map.shards[i];
+	}
+	return NULL;
+}
+
+/*
+ * Hold Citus' metadata lock of shardid's shard group in share mode to the
+ * end of the transaction, as Citus' writes do (see the header): through
+ * pg_catalog.lock_shard_metadata(lock mode, shard ids), as the owner of
+ * lockfence.fences.
+ */
+static void
+citus_fences_lock_shard(int64 shardid)
+{
+	Oid			argtypes[2] = {INT4OID, INT8ARRAYOID};
+	Oid			fn = LookupFuncName(list_make2(makeString("pg_catalog"),
+											   makeString("lock_shard_metadata")),
+									2, argtypes, true);
+	Oid			fences = lockfence_relid("fences");
+	HeapTuple	tuple;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	ResourceOwner save_owner;
+	Datum		shard = Int64GetDatum(shardid);
+
+	if (!OidIsValid(fn))
+		lockfence_citus_catalog_missing("pg_catalog.lock_shard_metadata(integer, bigint[])");
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(fences));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", fences);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	/*
+	 * The lock belongs to the (sub)transaction, not to a portal that ran
+	 * the call (a cursor's FETCH), as the resource lock (fence_lock.c).  An
+	 * error on the way is cleaned up by the abort.
+	 */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	save_owner = CurrentResourceOwner;
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	(void) OidFunctionCall2(fn, Int32GetDatum(ShareLock),
+							PointerGetDatum(construct_array(&shard, 1, INT8OID,
+															sizeof(int64), FLOAT8PASSBYVAL,
+															TYPALIGN_DOUBLE)));
+	CurrentResourceOwner = save_owner;
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
 /*
  * The local shard of lockfence.fences that holds resource's fence, or
  * InvalidOid when lockfence.fences is not distributed (it is then read
  * and written as on one server).  Raises feature_not_supported when the
- * shard is not on this node.
+ * shard is not on this node.  Holds the shard group's metadata lock.
  */
 Oid
 lockfence_citus_fence_shard(const char *resource)
 {
 	int32		hash;
 	const CitusFenceShard *found = NULL;
+	int64		locked = 0;
 
 	if (likely(!lockfence_citus_fences_distributed()))
 		return InvalidOid;
 
-	/* A shard move committed before this check is seen by it. */
-	AcceptInvalidationMessages();
-	if (!fence_map.valid)
-		citus_fences_read_map(lockfence_relid("fences"));
-
 	/* As Citus hashes a text distribution column (default collation). */
 	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID,
 												 PointerGetDatum(cstring_to_text(resource))));
-	for (int i = 0; i < fence_map.nshards; i++)
+
+	/*
+	 * A shard move committed before this check is seen by it; one that
+	 * commits after it waits for this transaction (the lock).  A move or a
+	 * split that committed while the lock was awaited is seen by looking
+	 * again, and a split's new shard is locked in turn.
+	 */
+	for (;;)
 	{
-		if (hash >= fence_map.shards[i].min && hash <= fence_map.shards[i].max)
-		{
-			found = &fence_map.shards[i];
+		AcceptInvalidationMessages();
+		if (!fence_map.valid)
+			citus_fences_read_map(lockfence_relid("fences"));
+		found = citus_fences_find(hash);
+		if (found == NULL || found->shardid == locked)
 			break;
-		}
+		locked = found->shardid;
+		citus_fences_lock_shard(locked);
 	}
 	if (found == NULL || !OidIsValid(found->relid))
 		ereport(ERROR,

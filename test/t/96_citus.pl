@@ -44,6 +44,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 use LockfenceTest::Citus;
 
@@ -524,6 +525,44 @@ is($session_fence->($acme_other, 20), 'LF001',
 	'the session on the new node that was refused before the move now checks acme there: 20 is stale');
 is($session_fence->($acme_other, 21), 'accepted', 'and 21 is accepted there');
 $_->quit for values %moved_session;
+
+# A transaction that fenced through the coordinator is still open when a
+# move of its shard group starts: the move waits for it (lockfence holds
+# Citus' metadata lock of the group to the end of the transaction, as
+# Citus' own writes do), and the fence moves with the group.  Without the
+# lock the move committed at once, the open transaction's fence went to
+# the old node's copy, and a second holder was granted the same token.
+my $holder = $coord->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe(q{BEGIN});
+$holder->query_safe(q{SELECT lockfence.fence('acme', 22, 'open')});
+my $mover = $coord->background_psql('postgres', on_error_stop => 0);
+$mover->query_until(qr/MOVE_SENT/,
+	"\\echo MOVE_SENT\nSELECT citus_move_shard_placement($acme_oshard, '127.0.0.1', "
+	  . $acme_other->port . ", '127.0.0.1', " . $acme_node->port
+	  . ", shard_transfer_mode => 'block_writes');\n");
+my $move_waits = 0;
+for (1 .. 600)
+{
+	if (q1($acme_other, q{SELECT count(*) FROM pg_stat_activity
+		  WHERE wait_event_type = 'Lock' AND query LIKE '%lock_shard\_metadata(7%'}) > 0)
+	{
+		$move_waits = 1;
+		last;
+	}
+	last if node_of_shard($acme_fshard)->name eq $acme_node->name;
+	usleep(100_000);
+}
+ok($move_waits, 'a move of the group waits for an open transaction that fenced acme in it');
+is(node_of_shard($acme_fshard)->name, $acme_other->name, '... and has not moved it yet');
+$holder->query_safe('COMMIT');
+$mover->query_safe('SELECT 1');
+is(node_of_shard($acme_fshard)->name, $acme_node->name, 'the move completes after the commit');
+is(q1($coord, q{SELECT token || ' ' || holder FROM lockfence.fences WHERE resource = 'acme'}),
+	'22 open', 'the open transaction\'s fence moved with the group');
+refused($coord, q{SELECT lockfence.fence('acme', 22, 'second')},
+	'LF001', qr/belongs to another holder/, 'a second holder is refused the same token');
+$holder->quit;
+$mover->quit;
 
 # Fence one resource per shard, then rebalance (the move left 3 groups on
 # one worker and 1 on the other).
