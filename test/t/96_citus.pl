@@ -564,6 +564,44 @@ refused($coord, q{SELECT lockfence.fence('acme', 22, 'second')},
 $holder->quit;
 $mover->quit;
 
+# The same for a lease granted in a transaction still open: the move back
+# waits for it, and the lease moves with the group, so no second holder
+# is granted the same name.
+$holder = $coord->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe(q{BEGIN});
+my $lease_token = $holder->query_safe(q{SELECT token FROM lockfence.lease_acquire('acme-lease', '10 min', 'open')});
+chomp $lease_token;
+my $lease_shard = shard_of('lockfence.fences', 'acme-lease');
+my $lease_node = node_of_shard($lease_shard);
+my ($lease_other) = grep { $_ != $lease_node } ($w1, $w2);
+$mover = $coord->background_psql('postgres', on_error_stop => 0);
+$mover->query_until(qr/MOVE_SENT/,
+	"\\echo MOVE_SENT\nSELECT citus_move_shard_placement($lease_shard, '127.0.0.1', "
+	  . $lease_node->port . ", '127.0.0.1', " . $lease_other->port
+	  . ", shard_transfer_mode => 'block_writes');\n");
+$move_waits = 0;
+for (1 .. 600)
+{
+	if (q1($lease_node, q{SELECT count(*) FROM pg_stat_activity
+		  WHERE wait_event_type = 'Lock' AND query LIKE '%lock_shard\_metadata(7%'}) > 0)
+	{
+		$move_waits = 1;
+		last;
+	}
+	last if node_of_shard($lease_shard)->name eq $lease_other->name;
+	usleep(100_000);
+}
+ok($move_waits, 'a move waits for an open transaction that was granted a lease in the group');
+$holder->query_safe('COMMIT');
+$mover->query_safe('SELECT 1');
+is(node_of_shard($lease_shard)->name, $lease_other->name, 'the move completes after the commit');
+is(q1($coord, q{SELECT token || ' ' || holder FROM lockfence.fences WHERE resource = 'acme-lease'}),
+	"$lease_token open", 'the lease moved with the group');
+is(q1($coord, q{SELECT token IS NULL FROM lockfence.lease_try_acquire('acme-lease', '10 min', 'second')}),
+	't', 'a second holder is not granted the lease');
+$holder->quit;
+$mover->quit;
+
 # Fence one resource per shard, then rebalance (the move left 3 groups on
 # one worker and 1 on the other).
 my %per_shard;
