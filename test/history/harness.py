@@ -482,6 +482,16 @@ def etcd_leader():
     return None
 
 
+def port_closed(port):
+    """Does nothing listen on 127.0.0.1:port any more?"""
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.5).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
 def wait_until(what, probe, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -584,6 +594,11 @@ class Nemesis:
         os.kill(pid_of(r_name), signal.SIGCONT)
         replica.execute_command("REPLICAOF", "NO", "ONE")
         self.primary.value = r_port
+        # SIGKILL is delivered, not yet done, when kill() returns: the port
+        # is free only once the process has exited (a restart at once
+        # failed with "Address already in use", and the server stayed down
+        # for the rest of the test).
+        wait_until(f"Redis :{p_port} closed", lambda: port_closed(p_port), 10)
         spawn(p_name, ["redis-server", "--bind", "127.0.0.1", "--port", str(p_port),
                        "--dir", f"{DIR}/{p_name}", "--save", "", "--appendonly", "no",
                        "--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", str(r_port)])
@@ -614,12 +629,24 @@ class Nemesis:
 
 
 def redis_primary():
-    """The port of the Redis server that is primary now (after failovers)."""
+    """The port of the Redis server that is primary now (after failovers).
+
+    A server the previous run's failover stopped may not be back yet (the
+    self-check run starts right after the fenced one): one that refuses the
+    connection is skipped, and the servers are asked again for up to 60 s
+    until one of them is primary."""
     import redis
-    for port in REDIS_PORTS:
-        if redis.Redis(port=port, socket_timeout=2).info("replication")["role"] == "master":
-            return port
-    raise RuntimeError("no Redis primary")
+    deadline = time.monotonic() + 60
+    while True:
+        for port in REDIS_PORTS:
+            try:
+                if redis.Redis(port=port, socket_timeout=2).info("replication")["role"] == "master":
+                    return port
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                continue
+        if time.monotonic() > deadline:
+            raise RuntimeError("no Redis primary")
+        time.sleep(0.5)
 
 
 def wait_ready():
