@@ -220,17 +220,35 @@ sub wait_for
 		{
 			diag("--- $node->{name} Patroni log (tail)");
 			diag(slurp_tail($node->{log}, 40));
+			diag("--- $node->{name} Patroni log without refused connections and rejected writes (tail)");
+			diag(slurp_tail($node->{log}, 80, qr/the database system is (?:shutting down|starting up|in recovery mode|not yet accepting connections)|lockfence rejected a write|^\S+ \S+ UTC \[\d+\] (?:ERROR|DETAIL|HINT|STATEMENT):/));
+			diag("--- $node->{name} processes");
+			diag(node_processes($node));
 		}
 	}
 	return ok($ok, $what);
 }
 
+# The node's postmaster and its children, with their state and what they
+# wait in: a promotion that does not come (e1s46: a standby "shutting
+# down" for 6 minutes during Patroni's restart) shows which process holds
+# the shutdown up.
+sub node_processes
+{
+	my ($node) = @_;
+	my $pm = postmaster_pid($node);
+	return "(no postmaster)" unless $pm;
+	return scalar `ps -o pid,ppid,stat,etime,wchan:32,args -p $pm --ppid $pm 2>&1`;
+}
+
 sub slurp_tail
 {
-	my ($file, $lines) = @_;
+	my ($file, $lines, $skip) = @_;
 	open my $fh, '<', $file or return "(no $file)";
 	my @l = <$fh>;
 	close $fh;
+	@l = grep { !/$skip/ } @l if $skip;
+	return '' unless @l;
 	return join('', @l[ ($#l - $lines + 1 < 0 ? 0 : $#l - $lines + 1) .. $#l ]);
 }
 
