@@ -136,6 +136,7 @@ typedef struct CitusFenceMap
 	bool		valid;			/* no relcache invalidation since it was read */
 	MemoryContext cxt;			/* shards and plans; reset on every read */
 	int32		local_group;	/* this node's group */
+	Oid			fences_owner;	/* the owner of lockfence.fences */
 	int			nshards;
 	CitusFenceShard *shards;
 	HTAB	   *plans;			/* CitusShardPlan by (shard, slot) */
@@ -159,6 +160,13 @@ static bool fence_map_callback_registered = false;
 static uint64 fence_map_invalidations = 0;
 
 /*
+ * pg_catalog.lock_shard_metadata(integer, bigint[]), or InvalidOid until
+ * looked up: kept across checks, and looked up again after any change of
+ * pg_proc (an update of Citus may replace it).
+ */
+static Oid lock_shard_metadata_fn = InvalidOid;
+
+/*
  * Any relcache invalidation may be Citus' of lockfence.fences or of
  * pg_dist_local_group: the map is read again at the next lookup.  Nothing
  * is freed here (a plan of the map may be running).
@@ -168,6 +176,12 @@ citus_fences_invalidate(Datum arg, Oid relid)
 {
 	fence_map.valid = false;
 	fence_map_invalidations++;
+}
+
+static void
+citus_fences_forget_function(Datum arg, int cacheid, uint32 hashvalue)
+{
+	lock_shard_metadata_fn = InvalidOid;
 }
 
 /* The shards of lockfence.fences (fences) and their placements, into map. */
@@ -252,9 +266,13 @@ citus_fences_read_map(Oid fences)
 	CitusFenceMap *map = &fence_map;
 	uint64		invalidations;
 
+	HeapTuple	tuple;
+
 	if (!fence_map_callback_registered)
 	{
 		lockfence_relcache_register(citus_fences_invalidate);
+		CacheRegisterSyscacheCallback(PROCOID, citus_fences_forget_function,
+									  (Datum) 0);
 		fence_map_callback_registered = true;
 	}
 	if (map->plans != NULL)
@@ -278,6 +296,11 @@ citus_fences_read_map(Oid fences)
 	map->valid = false;
 	invalidations = fence_map_invalidations;
 	map->local_group = citus_fences_local_group();
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(fences));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", fences);
+	map->fences_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
 	citus_fences_read_shards(fences, map);
 	for (int i = 0; i < map->nshards; i++)
 	{
@@ -310,30 +333,29 @@ citus_fences_find(int32 hash)
  * Hold Citus' metadata lock of shardid's shard group in share mode to the
  * end of the transaction, as Citus' writes do (see the header): through
  * pg_catalog.lock_shard_metadata(lock mode, shard ids), as the owner of
- * lockfence.fences.
+ * lockfence.fences (kept with the map, which a change of owner
+ * invalidates).
  */
 static void
 citus_fences_lock_shard(int64 shardid)
 {
-	Oid			argtypes[2] = {INT4OID, INT8ARRAYOID};
-	Oid			fn = LookupFuncName(list_make2(makeString("pg_catalog"),
-											   makeString("lock_shard_metadata")),
-									2, argtypes, true);
-	Oid			fences = lockfence_relid("fences");
-	HeapTuple	tuple;
-	Oid			owner;
+	Oid			owner = fence_map.fences_owner;
 	Oid			save_userid;
 	int			save_sec_context;
 	ResourceOwner save_owner;
 	Datum		shard = Int64GetDatum(shardid);
 
-	if (!OidIsValid(fn))
-		lockfence_citus_catalog_missing("pg_catalog.lock_shard_metadata(integer, bigint[])");
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(fences));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", fences);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
+	if (!OidIsValid(lock_shard_metadata_fn))
+	{
+		Oid			argtypes[2] = {INT4OID, INT8ARRAYOID};
+
+		lock_shard_metadata_fn =
+			LookupFuncName(list_make2(makeString("pg_catalog"),
+									  makeString("lock_shard_metadata")),
+						   2, argtypes, true);
+		if (!OidIsValid(lock_shard_metadata_fn))
+			lockfence_citus_catalog_missing("pg_catalog.lock_shard_metadata(integer, bigint[])");
+	}
 
 	/*
 	 * The lock belongs to the (sub)transaction, not to a portal that ran
@@ -346,7 +368,7 @@ citus_fences_lock_shard(int64 shardid)
 						   SECURITY_RESTRICTED_OPERATION);
 	save_owner = CurrentResourceOwner;
 	CurrentResourceOwner = CurTransactionResourceOwner;
-	(void) OidFunctionCall2(fn, Int32GetDatum(ShareLock),
+	(void) OidFunctionCall2(lock_shard_metadata_fn, Int32GetDatum(ShareLock),
 							PointerGetDatum(construct_array(&shard, 1, INT8OID,
 															sizeof(int64), FLOAT8PASSBYVAL,
 															TYPALIGN_DOUBLE)));
