@@ -1259,7 +1259,14 @@ BEGIN
     -- A promoted (or restored) server refuses every fence and lease with
     -- LF004 until its floor is raised: say so, with what to run.
     SELECT * INTO fs FROM lockfence.floor_status();
-    IF fs.writes_refused THEN
+    IF fs.writes_refused AND fs.system_identifier OPERATOR(pg_catalog.=) fs.recorded_system_identifier
+       AND fs.timeline OPERATOR(pg_catalog.=) fs.recorded_timeline THEN
+        -- (1.9) more than one row, all naming this server: a restored dump
+        RETURN QUERY SELECT 'error', 'floor_not_raised',
+            pg_catalog.format('The fences of this database were restored from a dump (lockfence.floor_state holds %s rows: the one recorded when the extension was created here and the dumped ones): they are as old as the dump, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
+                              (SELECT pg_catalog.count(*) FROM lockfence.floor_state)),
+            'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted since the dump was taken, SELECT lockfence.accept_promotion();';
+    ELSIF fs.writes_refused THEN
         RETURN QUERY SELECT 'error', 'floor_not_raised',
             pg_catalog.format('This server (system identifier %s, timeline %s) is not the one that wrote the fences (system identifier %s, timeline %s): it was promoted or restored, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
                               fs.system_identifier, fs.timeline,
@@ -1379,6 +1386,19 @@ BEGIN
                 'Sessions start with session_replication_role = replica (as this session did, which no role or database setting explains: the server''s configuration, or the connection''s options): their writes skip the triggers of protected tables.',
                 'ALTER SYSTEM RESET session_replication_role; SELECT pg_catalog.pg_reload_conf(); (and remove it from postgresql.conf or the command line)';
         END IF;
+        -- (1.9) a function's own setting: whoever may execute it writes
+        -- with replica for the call, its callers' statements included
+        FOR r IN
+            SELECT p.oid::pg_catalog.regprocedure AS fn
+              FROM pg_catalog.pg_proc p
+             WHERE EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) c
+                            WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')
+             ORDER BY 1::pg_catalog.text
+        LOOP
+            RETURN QUERY SELECT 'error', 'replication_role_function',
+                pg_catalog.format('Function %s runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it.', r.fn),
+                pg_catalog.format('ALTER FUNCTION %s RESET session_replication_role;', r.fn);
+        END LOOP;
     END IF;
 
     IF pg_catalog.pg_is_in_recovery() THEN

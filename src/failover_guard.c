@@ -16,6 +16,11 @@
  * server's (system identifier, insertion timeline) differs from a recorded
  * one, every fence, lease grant, renewal and release is refused with
  * SQLSTATE LF004, from the first transaction the promoted server accepts.
+ * So it is while the table holds more than one row: a dump restored into
+ * the server that made it (a new database, or pg_restore --clean) brings
+ * its own row beside the one CREATE EXTENSION recorded, both naming this
+ * server, and its fences are as old as the dump (since the library of
+ * 1.9; before, such a restore was accepted at once).
  *
  * lockfence.raise_floor(floor) (without resources), etcd_raise_floor() and
  * accept_promotion() record this server's identity, which lifts the
@@ -100,6 +105,15 @@ guard_report(TimeLineID tli)
 				 errdetail("The fences were recorded on system " UINT64_FORMAT ", timeline " INT64_FORMAT "; this server is system " UINT64_FORMAT ", timeline %u (a restored dump, a pg_upgrade or a copy).",
 						   (uint64) st->rec_sysid, st->rec_tli, sysid, tli),
 				 errhint("%s", hint)));
+	if (!st->mismatch)			/* more than one row, all naming this server */
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_FLOOR_REQUIRED),
+				 errmsg("the fences of this database were restored from a dump and its fence floor has not been raised"),
+				 errdetail("Table lockfence.floor_state holds %d rows, the one recorded when the extension was created here and the dumped ones: the restored fences are as old as the dump.",
+						   st->nrows),
+				 errhint("Raise the floor with lockfence.etcd_raise_floor() or lockfence.raise_floor(floor), "
+						 "or, if nothing was fenced or granted since the dump was taken, "
+						 "call lockfence.accept_promotion().")));
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_FLOOR_REQUIRED),
 			 errmsg("this server was promoted and its fence floor has not been raised"),

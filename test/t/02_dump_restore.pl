@@ -9,6 +9,10 @@
 # (2) with psql from a plain dump into a new cluster.  In both copies the fence rows are kept exactly (the table is
 # marked with pg_extension_config_dump), stale tokens and other holders'
 # tokens are still rejected, and the triggers still protect the tables.
+# Each copy's fences are refused (LF004) until the restore is accepted:
+# from another cluster its floor_state names another server; into the
+# same cluster it holds two rows naming this one, the dumped one beside
+# CREATE EXTENSION's (1.9: before, such a restore was accepted at once).
 # A restore that brings the data but not the triggers (without post-data,
 # or data only) brings lockfence's registry of protected tables, and
 # check() reports the tables (issue 17, item 10).
@@ -73,6 +77,28 @@ is( $source->safe_psql('src',
 	'source fences');
 is(scalar(split /\n/, $source_triggers),
 	4, 'source has the four protecting triggers');
+
+# A restore into the cluster that made the dump brings the dumped row of
+# lockfence.floor_state beside the one CREATE EXTENSION recorded: its
+# fences are as old as the dump, so every fence is refused (LF004) until
+# the floor is raised or the restore accepted (1.9), and check() says so.
+sub accept_restore
+{
+	my ($node, $db, $label) = @_;
+	is($node->safe_psql($db, 'SELECT count(*) FROM lockfence.floor_state'),
+		'2', "$label: floor_state holds the dumped row and CREATE EXTENSION's");
+	my ($r, $o, $e) = $node->psql($db, "\\set VERBOSITY verbose\nSELECT lockfence.fence('shop', 20)");
+	like($e, qr/ERROR:  LF004: the fences of this database were restored from a dump/,
+		"$label: fences refused until the restore is accepted");
+	like( $node->safe_psql($db,
+			"SELECT detail FROM lockfence.check() WHERE finding = 'floor_not_raised'"),
+		qr/^The fences of this database were restored from a dump \(lockfence\.floor_state holds 2 rows/,
+		"$label: check() reports the restore");
+	$node->safe_psql($db, 'SELECT lockfence.accept_promotion()');
+	is($node->safe_psql($db, 'SELECT count(*) FROM lockfence.floor_state'),
+		'1', "$label: accepted, one identity row");
+	return;
+}
 
 # Check a restored copy: same fences, same data, same triggers, and the
 # fence still works.
@@ -164,6 +190,7 @@ $source->safe_psql('postgres', 'CREATE DATABASE dst');
 $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '-d', 'dst', $custom ],
 	'pg_restore into a new database');
+accept_restore($source, 'dst', 'pg_restore');
 check_copy($source, 'dst', 'pg_restore');
 
 # 1b. The same into a database whose sessions default to SERIALIZABLE: the
@@ -177,6 +204,7 @@ ALTER DATABASE dst_serializable SET default_transaction_isolation = 'serializabl
 $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '-d', 'dst_serializable', $custom ],
 	'pg_restore into a database whose default isolation is SERIALIZABLE');
+accept_restore($source, 'dst_serializable', 'pg_restore (SERIALIZABLE)');
 check_copy($source, 'dst_serializable', 'pg_restore (SERIALIZABLE)');
 
 # 2. Plain dump, restored with psql into a new cluster.
@@ -305,6 +333,7 @@ $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '--section=pre-data', '--section=data',
 	  '-d', 'nopost', $custom ],
 	'pg_restore --section=pre-data --section=data (no post-data)');
+accept_restore($source, 'nopost', 'restore without post-data');
 check_unguarded_copy($source, 'nopost', 'restore without post-data');
 
 $source->safe_psql('postgres', 'CREATE DATABASE dataonly');
@@ -316,6 +345,7 @@ is($source->safe_psql('dataonly', 'SELECT count(*) FROM lockfence.protected_tabl
 $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '--data-only', '-d', 'dataonly', $custom ],
 	'pg_restore --data-only into it');
+accept_restore($source, 'dataonly', 'data-only restore');
 check_unguarded_copy($source, 'dataonly', 'data-only restore');
 
 # 5. A dump that leaves out a protected table (pg_dump -T): its row of
@@ -330,6 +360,7 @@ $source->safe_psql('postgres', 'CREATE DATABASE partial');
 $source->command_ok(
 	[ 'pg_restore', '--exit-on-error', '-d', 'partial', $partial ],
 	'pg_restore --exit-on-error of a dump without one protected table');
+accept_restore($source, 'partial', '-T restore');
 is($source->safe_psql('partial', $registry_query),
 	'public.accounts,public.items',
 	'-T restore: the list holds the restored table and the left-out one');

@@ -178,6 +178,31 @@ SELECT pg_reload_conf();
 $node->poll_query_until('postgres',
 	"SELECT current_setting('session_replication_role') = 'origin'")
   or die 'the configuration was not reloaded';
+
+# (1.9) A function whose SET clause makes session_replication_role replica
+# (a superuser made it): whoever may execute it writes past the triggers.
+$node->safe_psql('postgres', q{
+CREATE ROLE srr_caller LOGIN;
+CREATE FUNCTION "srr load"(id int) RETURNS void LANGUAGE sql
+    SECURITY DEFINER SET session_replication_role = replica
+    AS 'INSERT INTO jobs VALUES (id, NULL)';
+GRANT EXECUTE ON FUNCTION "srr load"(int) TO srr_caller;
+});
+$node->safe_psql('postgres', q{SET ROLE srr_caller; SELECT "srr load"(98);});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM jobs WHERE id = 98'),
+	'1', 'a function set to replica writes without a token for its caller');
+is(findings(), 'error replication_role_function', '... which check() reports as an error');
+is($node->safe_psql('postgres',
+		q{SELECT detail || ' | ' || hint FROM lockfence.check() WHERE finding = 'replication_role_function'}),
+	q{Function public."srr load"(integer) runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it. | ALTER FUNCTION public."srr load"(integer) RESET session_replication_role;},
+	'... naming the function and the fix');
+$node->safe_psql('postgres', q{
+ALTER FUNCTION "srr load"(int) RESET session_replication_role;
+SET session_replication_role = replica;
+DELETE FROM jobs WHERE id = 98;
+});
+is(findings(), '', 'reset: no rows');
+$node->safe_psql('postgres', q{DROP FUNCTION "srr load"(int); DROP ROLE srr_caller;});
 is(findings(), '', 'revoked and reset: no rows');
 
 # pg_write_all_data may write lockfence.fences itself.

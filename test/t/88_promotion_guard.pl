@@ -224,13 +224,21 @@ is($other->safe_psql('copy', "SELECT lockfence.fence('sync', 160)"),
 is($other->safe_psql('copy', 'SELECT count(*) FROM lockfence.floor_state'),
 	'1', 'one identity row recorded');
 
-# A database created in the same cluster from the dump keeps working: same
-# server, same timeline.
+# A database created in the same cluster from the dump: same server, same
+# timeline, but its fences are as old as the dump, and floor_state holds
+# the dumped row beside CREATE EXTENSION's: refused too until accepted
+# (1.9; before, such a restore fenced at once).
 $standby2->safe_psql('postgres', 'CREATE DATABASE same');
 command_ok([ 'pg_restore', '-d', $standby2->connstr('same'), $dump ],
 	'pg_restore into the same cluster');
+is($standby2->safe_psql('same', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	't', 'the same-cluster copy reports writes refused');
+($o, $s, $err) = try_sql($standby2, "SELECT lockfence.fence('sync', 170)", 'same');
+is($s, 'LF004', 'a fence in the same-cluster copy is refused');
+like($err, qr/restored from a dump/, '... saying the fences were restored from a dump');
+$standby2->safe_psql('same', 'SELECT lockfence.accept_promotion()');
 is($standby2->safe_psql('same', "SELECT lockfence.fence('sync', 170)"),
-	'170', 'a restore on the server that made the dump fences at once');
+	'170', 'once accepted, the same-cluster copy fences');
 
 $other->stop;
 $standby2->stop;
