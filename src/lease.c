@@ -689,6 +689,7 @@ lease_acquire_waiting(const char *name, const char *holder, Interval *ttl,
 		lease_wait_sleep(sleep_ms);
 	}
 	lease_wait_done();
+	lease_wait_check_granted();
 
 	*rowp = row;
 }

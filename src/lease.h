@@ -66,6 +66,7 @@ extern bool lease_fastpath_release(const char *name, int64 token,
 extern void lease_wait_prepare(const char *name);
 extern void lease_wait_sleep(long timeout_ms);
 extern void lease_wait_done(void);
+extern void lease_wait_check_granted(void);
 extern void lease_wait_announce_at_commit(const char *name);
 
 #endif							/* LOCKFENCE_LEASE_H */

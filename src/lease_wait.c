@@ -142,6 +142,10 @@ lease_wait_prepare(const char *name)
  * pooler too: it closes the server connection of a client that left in the
  * middle of a statement).  Raises FATAL ("connection to client lost") as
  * client_connection_check_interval does, but without that setting.
+ * Also called once a waiting grant is made (lease_wait_check_granted): a
+ * wait for the lease's row or resource lock, behind a transaction that
+ * fenced the expired token or a prepared first grant, is PostgreSQL's lock
+ * wait, which does not look at the client.
  */
 static void
 lease_wait_check_client(void)
@@ -154,6 +158,20 @@ lease_wait_check_client(void)
 		InterruptPending = 1;
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+/*
+ * A lease_acquire() that may have waited has just been granted: if its
+ * client went away meanwhile, end the session, which rolls the grant back
+ * with the transaction, so that the next waiter is granted at once rather
+ * than after a TTL nobody uses.  pq_check_connection() may reset our
+ * latch: set it again, as lease_wait_sleep() does, for whoever waits next.
+ */
+void
+lease_wait_check_granted(void)
+{
+	lease_wait_check_client();
+	SetLatch(MyLatch);
 }
 
 /*

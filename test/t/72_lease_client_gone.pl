@@ -1,7 +1,9 @@
 # Copyright: lockfence contributors
 #
 # 72_lease_client_gone.pl: a client killed while it waits in
-# lease_acquire() does not get the lease (issue 23, item 6).
+# lease_acquire() does not get the lease (issue 23, item 6), whether it
+# waits for the lease's expiry or (1.9) for a transaction that fenced the
+# expired token.
 #
 # Its backend notices the closed connection after its next sleep (at most
 # a second) and ends with "connection to client lost", without
@@ -85,6 +87,47 @@ my ($rc, $out, $err) = $node->psql('postgres',
 is($rc, 0, 'the next client is granted the lease') or diag $err;
 is($node->safe_psql('postgres', "SELECT holder FROM lockfence.fences WHERE resource = 'gone'"),
 	'h2', '... and holds it; no killed waiter ever did');
+
+# The other wait: the lease has expired, but a transaction that fenced its
+# token is still open, so the waiter waits in PostgreSQL's lock manager
+# for the resource, which does not look at the client.  Its client is
+# killed there; when the fencing transaction commits, the waiter is
+# granted, sees its client gone, and ends, rolling the grant back (1.9;
+# before, it kept the lease for its whole TTL, nobody using it).
+my $old = $node->safe_psql('postgres',
+	"SELECT token FROM lockfence.lease_acquire('gone-locked', '1 s', holder => 'a')");
+my $fencer = S();
+$fencer->query_safe("BEGIN; SELECT lockfence.fence('gone-locked', $old, 'a');");
+ok( eventually(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT lease_expires_at < now() FROM lockfence.fences WHERE resource = 'gone-locked'") eq 't';
+		},
+		30),
+	'the lease has expired, its fencing transaction still open');
+my $w = S();
+my $wpid = $w->{pid};
+LockfenceTest::EtcdCluster::send_query($w,
+	"SELECT token FROM lockfence.lease_acquire('gone-locked', '10 min', holder => 'ghost-locked');");
+ok( eventually(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $wpid") eq 'Lock';
+		},
+		30),
+	'the waiter waits for the fencing transaction (a lock wait)');
+$w->{run}->signal('KILL');
+$w->{run}->kill_kill;
+$fencer->query_safe('COMMIT');
+ok(eventually(sub { !backend_alive($wpid) }, 15),
+	'once the fencing transaction commits, the killed waiter\'s backend ends');
+is( $node->safe_psql('postgres',
+		"SELECT token || ' ' || holder FROM lockfence.fences WHERE resource = 'gone-locked'"),
+	"$old a", '... and its grant was rolled back: nobody holds the lease');
+is( $node->safe_psql('postgres',
+		"SELECT token FROM lockfence.lease_try_acquire('gone-locked', '10 s', holder => 'h3')"),
+	$old + 1, 'the next client is granted the lease at once');
+$fencer->quit;
 
 $holder->quit;
 $node->stop;
