@@ -50,6 +50,30 @@ lease_expiry(TimestampTz now, Interval *ttl)
 }
 
 /*
+ * now + ttl for a grant or renewal, which must still be later than now.
+ * lease_check_ttl() judged the TTL when the call began; a day or a month
+ * counts by the session's time zone, so after a wait (for the lease, its
+ * row or its resource) a change of that zone's offset in between (a
+ * daylight saving time rule) can make '1 day -86399 seconds' negative:
+ * the lease would be written expired.
+ */
+static TimestampTz
+lease_expiry_checked(TimestampTz now, Interval *ttl)
+{
+	TimestampTz expiry = lease_expiry(now, ttl);
+
+	if (expiry <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease ttl must be positive"),
+				 errdetail("The ttl %s, added to the current time after waiting, no longer gives a later time (months and days count by the calendar of the session's time zone).",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(ttl)))),
+				 errhint("Give a ttl such as '30 seconds'.")));
+	return expiry;
+}
+
+/*
  * Check a TTL given to func for lease name: it must give a time later than
  * now (months and days count by the calendar, so '-1 month +30 days 12
  * hours' may not), and at most LEASE_MAX_TTL_YEARS later.
@@ -141,7 +165,7 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 		newrow->accepted_at = now;
 		newrow->holder = (char *) holder;
 		newrow->leased = true;
-		newrow->lease_expires_at = lease_expiry(now, ttl);
+		newrow->lease_expires_at = lease_expiry_checked(now, ttl);
 		newrow->lease_ttl = ttl;
 		return LEASE_WRITE;
 	}
@@ -168,7 +192,7 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 		ttl = row->lease_ttl;
 	if (ttl == NULL)
 		return LEASE_NOT_HELD;	/* every grant records its TTL */
-	newrow->lease_expires_at = lease_expiry(now, ttl);
+	newrow->lease_expires_at = lease_expiry_checked(now, ttl);
 	newrow->lease_ttl = ttl;
 	return LEASE_WRITE;
 }
