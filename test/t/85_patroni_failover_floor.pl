@@ -12,8 +12,9 @@
 # The standby is held behind: its walreceiver is stopped (SIGSTOP) while
 # the primary advances the fences and rejects superseded tokens with
 # LF001; then the primary is killed (Patroni and PostgreSQL, SIGKILL) and
-# the stopped walreceiver too (SIGKILL: the WAL already in its socket is
-# discarded, as WAL never sent would be), so the advances are lost.  Patroni
+# the stopped walreceiver ends (SIGTERM, then SIGCONT: the WAL already in
+# its socket is discarded, as WAL never sent would be), so the advances
+# are lost (checked: the standby's receive LSN stays below them).  Patroni
 # promotes the standby, the callback raises the fences, and afterwards no
 # token rejected before the failover is accepted, by fence(), try_fence()
 # or a protected INSERT; a lock acquired afterwards works.  Writers present
@@ -377,6 +378,7 @@ for my $round (1 .. $failovers)
 			$replicated{$r}, "failover $round: standby is behind: still $replicated{$r} for $r (primary: $primary_fence{$r})");
 	}
 	my $floors_before = () = floor_lines($standby);
+	my $primary_lsn = safe_at($primary, 'SELECT pg_current_wal_lsn()');
 
 	# --- failover -----------------------------------------------------------
 
@@ -387,8 +389,24 @@ for my $round (1 .. $failovers)
 	delete $patroni_pids{ $primary->{pid} };
 	kill 'KILL', $pm, @pm_children;
 	note("failover $round: killed $primary->{name}: Patroni $primary->{pid}, postmaster $pm, children @pm_children");
-	kill 'KILL', $walreceiver;
+	# The stopped walreceiver ends without reading what waits in its
+	# socket: SIGTERM is pending when it continues, and it serves that
+	# before it reads (it was stopped idle, after the catch-up above).
+	# Not SIGKILL: that is a child crash, and the standby's postmaster
+	# restarts everything; PostgreSQL 15's postmaster then never ends a
+	# fast shutdown that arrives before redo starts (it waits for a
+	# checkpointer it never told to stop), and Patroni, finding the node
+	# restarting, restarts it with a fast shutdown: e1s46's node2 stayed
+	# "shutting down" for 6 minutes.
+	kill 'TERM', $walreceiver;
+	kill 'CONT', $walreceiver;
 	my $t_kill = time;
+	wait_for("failover $round: the stopped walreceiver ended", 30,
+		sub { !kill(0, $walreceiver) });
+	# ... and the advances were lost: the standby never received them.
+	my $received = safe_at($standby, 'SELECT pg_last_wal_receive_lsn()');
+	is(safe_at($standby, "SELECT '$received'::pg_lsn < '$primary_lsn'::pg_lsn"), 't',
+		"failover $round: the standby received WAL up to $received only, not the advances up to $primary_lsn");
 
 	# Writers with superseded tokens, continuously from the kill until
 	# after the callback raised the floor: fence(), try_fence() and a
