@@ -265,7 +265,6 @@ citus_fences_read_map(Oid fences)
 {
 	CitusFenceMap *map = &fence_map;
 	uint64		invalidations;
-
 	HeapTuple	tuple;
 
 	if (!fence_map_callback_registered)

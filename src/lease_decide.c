@@ -139,7 +139,8 @@ lease_check_ttl(const char *func, const char *name, Interval *ttl)
  * (the next token for a grant, a new expiry for a renewal, -infinity for a
  * release, so that no clock jump revives it); otherwise says why not.
  * token is that of a renewal or release; holder and ttl (NULL for a
- * renewal: the lease's own TTL) those given by the caller.
+ * renewal: the lease's own TTL) those given by the caller.  Raises 22023
+ * when a grant's or renewal's expiry would not be later than now.
  */
 LeaseVerdict
 lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
