@@ -1389,15 +1389,16 @@ BEGIN
         -- (1.9) a function's own setting: whoever may execute it writes
         -- with replica for the call, its callers' statements included
         FOR r IN
-            SELECT p.oid::pg_catalog.regprocedure AS fn
+            SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS fn,
+                   CASE p.prokind WHEN 'p' THEN 'Procedure' ELSE 'Function' END AS kind
               FROM pg_catalog.pg_proc p
              WHERE EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) c
                             WHERE pg_catalog.lower(c) OPERATOR(pg_catalog.=) 'session_replication_role=replica')
-             ORDER BY 1::pg_catalog.text
+             ORDER BY 1
         LOOP
             RETURN QUERY SELECT 'error', 'replication_role_function',
-                pg_catalog.format('Function %s runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it.', r.fn),
-                pg_catalog.format('ALTER FUNCTION %s RESET session_replication_role;', r.fn);
+                pg_catalog.format('%s %s runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it.', r.kind, r.fn),
+                pg_catalog.format('ALTER ROUTINE %s RESET session_replication_role;', r.fn);
         END LOOP;
     END IF;
 

@@ -54,6 +54,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "catalog/namespace.h"
@@ -137,7 +138,10 @@ lockfence_failover_guard(void)
 
 /*
  * Record this server's identity with floor max(recorded floors, floor) as
- * the only row of lockfence.floor_state; returns that floor.
+ * the only row of lockfence.floor_state; returns that floor.  Under READ
+ * COMMITTED only: with a transaction snapshot, the DELETE would miss a row
+ * another recorder committed after it (on an empty table: no update
+ * conflict to stop it), and leave two rows, which refuse every fence.
  */
 static int64
 floor_record(int64 floor)
@@ -158,6 +162,13 @@ floor_record(int64 floor)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot record the fence floor while the server is in recovery"),
 				 errhint("Run it on the primary, after the promotion.")));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot record the fence floor under %s",
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("The transaction's snapshot would miss a floor recorded after it, and leave two records."),
+				 errhint("Run it in a READ COMMITTED transaction (SET default_transaction_isolation = 'read committed').")));
 	if (floor < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),

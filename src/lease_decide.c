@@ -54,7 +54,7 @@ lease_expiry(TimestampTz now, Interval *ttl)
  * lease_check_ttl() judged the TTL when the call began; a day or a month
  * counts by the session's time zone, so after a wait (for the lease, its
  * row or its resource) a change of that zone's offset in between (a
- * daylight saving time rule) can make '1 day -86399 seconds' negative:
+ * daylight saving time rule) can make '1 day -86430 seconds' negative:
  * the lease would be written expired.
  */
 static TimestampTz
@@ -66,10 +66,10 @@ lease_expiry_checked(TimestampTz now, Interval *ttl)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease ttl must be positive"),
-				 errdetail("The ttl %s, added to the current time after waiting, no longer gives a later time (months and days count by the calendar of the session's time zone).",
+				 errdetail("The ttl %s gave a later time when the call began, but added to the current time no longer does: months and days count by the calendar of the session's time zone, whose offset changed while the call waited.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   PointerGetDatum(ttl)))),
-				 errhint("Give a ttl such as '30 seconds'.")));
+				 errhint("Give a ttl in hours, minutes or seconds, such as '30 seconds'.")));
 	return expiry;
 }
 
@@ -140,7 +140,8 @@ lease_check_ttl(const char *func, const char *name, Interval *ttl)
  * release, so that no clock jump revives it); otherwise says why not.
  * token is that of a renewal or release; holder and ttl (NULL for a
  * renewal: the lease's own TTL) those given by the caller.  Raises 22023
- * when a grant's or renewal's expiry would not be later than now.
+ * when the expiry that a grant or a renewal with a given ttl would write
+ * is not later than now.
  */
 LeaseVerdict
 lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
@@ -188,11 +189,18 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 		return LEASE_WRITE;
 	}
 
-	/* A renewal: now + the given TTL, or the one the lease has. */
+	/*
+	 * A renewal: now + the given TTL, or the one the lease has, which
+	 * lockfence_lease_renew() judges after the write (naming the lease).
+	 */
 	if (ttl == NULL)
-		ttl = row->lease_ttl;
-	if (ttl == NULL)
-		return LEASE_NOT_HELD;	/* every grant records its TTL */
+	{
+		if (row->lease_ttl == NULL)
+			return LEASE_NOT_HELD;	/* every grant records its TTL */
+		newrow->lease_expires_at = lease_expiry(now, row->lease_ttl);
+		newrow->lease_ttl = row->lease_ttl;
+		return LEASE_WRITE;
+	}
 	newrow->lease_expires_at = lease_expiry_checked(now, ttl);
 	newrow->lease_ttl = ttl;
 	return LEASE_WRITE;

@@ -194,9 +194,19 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM jobs WHERE id = 98'),
 is(findings(), 'error replication_role_function', '... which check() reports as an error');
 is($node->safe_psql('postgres',
 		q{SELECT detail || ' | ' || hint FROM lockfence.check() WHERE finding = 'replication_role_function'}),
-	q{Function public."srr load"(integer) runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it. | ALTER FUNCTION public."srr load"(integer) RESET session_replication_role;},
+	q{Function public."srr load"(integer) runs with session_replication_role = replica (its SET clause): the writes made during a call skip the triggers of protected tables, for every role that may execute it. | ALTER ROUTINE public."srr load"(integer) RESET session_replication_role;},
 	'... naming the function and the fix');
+# a procedure too, each named, in order, with ALTER ROUTINE as the fix
 $node->safe_psql('postgres', q{
+CREATE PROCEDURE zz_srr_proc() LANGUAGE sql SET session_replication_role = 'Replica' AS 'SELECT 1';
+});
+is($node->safe_psql('postgres',
+		q{SELECT string_agg(split_part(detail, ' runs', 1) || ' | ' || hint, E'\n') FROM lockfence.check() WHERE finding = 'replication_role_function'}),
+	qq{Function public."srr load"(integer) | ALTER ROUTINE public."srr load"(integer) RESET session_replication_role;\n}
+	  . q{Procedure public.zz_srr_proc() | ALTER ROUTINE public.zz_srr_proc() RESET session_replication_role;},
+	'a procedure is reported too, after the function');
+$node->safe_psql('postgres', q{
+DROP PROCEDURE zz_srr_proc();
 ALTER FUNCTION "srr load"(int) RESET session_replication_role;
 SET session_replication_role = replica;
 DELETE FROM jobs WHERE id = 98;
