@@ -403,8 +403,9 @@ lease_grant_step(void *arg)
 			lease_bound_waits(1);
 		memset(step->prev, 0, sizeof(FenceRow));
 		/* A new name: granted, unless the failover floor is the top token. */
-		if (lease_decide(LEASE_OP_GRANT, NULL, 0, step->holder, step->ttl,
-						 GetCurrentTimestamp(), &newrow) == LEASE_TOKENS_EXHAUSTED)
+		if (lease_decide(step->name, LEASE_OP_GRANT, NULL, 0, step->holder,
+						 step->ttl, GetCurrentTimestamp(),
+						 &newrow) == LEASE_TOKENS_EXHAUSTED)
 			lease_report_exhausted(step->func, step->name);
 		if (lease_execute(LEASE_INSERT, step->name, &newrow, step->row) == 1)
 		{
@@ -424,8 +425,9 @@ lease_grant_step(void *arg)
 		return false;
 	}
 
-	switch (lease_decide(LEASE_OP_GRANT, step->prev, 0, step->holder,
-						 step->ttl, GetCurrentTimestamp(), &newrow))
+	switch (lease_decide(step->name, LEASE_OP_GRANT, step->prev, 0,
+						 step->holder, step->ttl, GetCurrentTimestamp(),
+						 &newrow))
 	{
 		case LEASE_WRITE:
 			break;
@@ -513,7 +515,7 @@ lease_attempt_spi(const char *func, const char *name, const char *holder,
 			}
 			step.insert = true;
 		}
-		else if (lease_decide(LEASE_OP_GRANT, row, 0, holder, ttl,
+		else if (lease_decide(name, LEASE_OP_GRANT, row, 0, holder, ttl,
 							  GetCurrentTimestamp(), &newrow) == LEASE_HELD)
 		{
 			result = LEASE_ATTEMPT_HELD;
@@ -849,9 +851,9 @@ lease_update_step(void *arg)
 	/* After the holder's fencing transactions (fence_lock.c). */
 	(void) fence_lock_acquire(step->name, ExclusiveLock, true);
 	found = lease_execute(LEASE_LOCK, step->name, NULL, &locked) == 1;
-	step->verdict = lease_decide(step->op, found ? &locked : NULL,
-								 step->token, NULL, step->ttl,
-								 GetCurrentTimestamp(), &newrow);
+	step->verdict = lease_decide(step->name, step->op,
+								 found ? &locked : NULL, step->token, NULL,
+								 step->ttl, GetCurrentTimestamp(), &newrow);
 	if (step->verdict != LEASE_WRITE)
 	{
 		*step->row = newrow;
@@ -949,20 +951,6 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 		if (verdict != LEASE_WRITE)
 			lease_report_lost(name, token, verdict, &row);
 	}
-	/*
-	 * The lease's own TTL counts by the calendar: '1 month -30 days' is a
-	 * day from a date in December, a negative time from one in February.
-	 * A renewal that leaves the lease expired fails, and the error rolls
-	 * its write back, rather than end the lease unannounced.  Judged by the
-	 * expiry written: row.lease_ttl may point into SPI memory, gone now.
-	 */
-	if (ttl == NULL && row.lease_expires_at <= GetCurrentTimestamp())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease ttl must be positive"),
-				 errdetail("%s renewed lease \"%s\" with its own ttl, which added to the current time does not give a later time (months and days count by the calendar).",
-						   func, name),
-				 errhint("Renew with a ttl such as '30 seconds'.")));
 	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 

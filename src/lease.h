@@ -47,10 +47,10 @@ typedef enum LeaseVerdict
 } LeaseVerdict;
 
 /* lease_decide.c: the one judgment of a lease, for both paths */
-extern LeaseVerdict lease_decide(LeaseOp op, const FenceRow *row,
-								 int64 token, const char *holder,
-								 Interval *ttl, TimestampTz now,
-								 FenceRow *newrow);
+extern LeaseVerdict lease_decide(const char *name, LeaseOp op,
+								 const FenceRow *row, int64 token,
+								 const char *holder, Interval *ttl,
+								 TimestampTz now, FenceRow *newrow);
 extern void lease_check_ttl(const char *func, const char *name,
 							Interval *ttl);
 

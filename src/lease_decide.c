@@ -50,27 +50,41 @@ lease_expiry(TimestampTz now, Interval *ttl)
 }
 
 /*
- * now + ttl for a grant or renewal, which must still be later than now.
- * lease_check_ttl() judged the TTL when the call began; a day or a month
- * counts by the session's time zone, so after a wait (for the lease, its
- * row or its resource) a change of that zone's offset in between (a
- * daylight saving time rule) can make '1 day -86430 seconds' negative:
- * the lease would be written expired.
+ * now + ttl for a grant or renewal of lease name, which must be later than
+ * now: every expiry a grant or renewal writes is judged here, before the
+ * write, so that no lease is ever written expired.  A day or a month
+ * counts by the session's time zone.  A given TTL (own_ttl false) was
+ * judged when the call began (lease_check_ttl), but after a wait (for the
+ * lease, its row or its resource) a change of that zone's offset in
+ * between (a daylight saving time rule) can make '1 day -86430 seconds'
+ * negative.  The lease's own TTL, for a renewal without one, was judged
+ * when it was granted, from another date: '1 month -30 days' is a day from
+ * a date in December, a negative time from one in February.
  */
 static TimestampTz
-lease_expiry_checked(TimestampTz now, Interval *ttl)
+lease_expiry_checked(const char *name, TimestampTz now, Interval *ttl,
+					 bool own_ttl)
 {
 	TimestampTz expiry = lease_expiry(now, ttl);
 
-	if (expiry <= now)
+	if (expiry > now)
+		return expiry;
+	if (own_ttl)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease ttl must be positive"),
-				 errdetail("The ttl %s gave a later time when the call began, but added to the current time no longer does: months and days count by the calendar of the session's time zone, whose offset changed while the call waited.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(ttl)))),
-				 errhint("Give a ttl in hours, minutes or seconds, such as '30 seconds'.")));
-	return expiry;
+				 errdetail("lockfence.lease_renew() renewed lease \"%s\" with its own ttl, which added to the current time does not give a later time (months and days count by the calendar).",
+						   name),
+				 errhint("Renew with a ttl such as '30 seconds'.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("lease ttl must be positive"),
+			 errdetail("The ttl %s given for lease \"%s\" gave a later time when the call began, but added to the current time no longer does: months and days count by the calendar of the session's time zone, whose offset changed while the call waited.",
+					   DatumGetCString(DirectFunctionCall1(interval_out,
+														   PointerGetDatum(ttl))),
+					   name),
+			 errhint("Give a ttl in hours, minutes or seconds, such as '30 seconds'.")));
+	pg_unreachable();
 }
 
 /*
@@ -129,7 +143,7 @@ lease_check_ttl(const char *func, const char *name, Interval *ttl)
 }
 
 /*
- * Judge op on the fence row of a lease (NULL: the name has none) at now,
+ * Judge op on the fence row of lease name (NULL: it has none) at now,
  * which the caller read after locking the table and while holding (or just
  * before taking, without waiting) the row lock.
  *
@@ -140,12 +154,13 @@ lease_check_ttl(const char *func, const char *name, Interval *ttl)
  * release, so that no clock jump revives it); otherwise says why not.
  * token is that of a renewal or release; holder and ttl (NULL for a
  * renewal: the lease's own TTL) those given by the caller.  Raises 22023
- * when the expiry that a grant or a renewal with a given ttl would write
- * is not later than now.
+ * when the expiry that a grant or a renewal would write is not later than
+ * now.
  */
 LeaseVerdict
-lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
-			 Interval *ttl, TimestampTz now, FenceRow *newrow)
+lease_decide(const char *name, LeaseOp op, const FenceRow *row, int64 token,
+			 const char *holder, Interval *ttl, TimestampTz now,
+			 FenceRow *newrow)
 {
 	bool		unexpired = row != NULL && row->leased &&
 		row->lease_expires_at > now;
@@ -167,7 +182,7 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 		newrow->accepted_at = now;
 		newrow->holder = (char *) holder;
 		newrow->leased = true;
-		newrow->lease_expires_at = lease_expiry_checked(now, ttl);
+		newrow->lease_expires_at = lease_expiry_checked(name, now, ttl, false);
 		newrow->lease_ttl = ttl;
 		return LEASE_WRITE;
 	}
@@ -189,19 +204,17 @@ lease_decide(LeaseOp op, const FenceRow *row, int64 token, const char *holder,
 		return LEASE_WRITE;
 	}
 
-	/*
-	 * A renewal: now + the given TTL, or the one the lease has, which
-	 * lockfence_lease_renew() judges after the write (naming the lease).
-	 */
+	/* A renewal: now + the given TTL, or the one the lease has. */
 	if (ttl == NULL)
 	{
 		if (row->lease_ttl == NULL)
 			return LEASE_NOT_HELD;	/* every grant records its TTL */
-		newrow->lease_expires_at = lease_expiry(now, row->lease_ttl);
+		newrow->lease_expires_at = lease_expiry_checked(name, now,
+														row->lease_ttl, true);
 		newrow->lease_ttl = row->lease_ttl;
 		return LEASE_WRITE;
 	}
-	newrow->lease_expires_at = lease_expiry_checked(now, ttl);
+	newrow->lease_expires_at = lease_expiry_checked(name, now, ttl, false);
 	newrow->lease_ttl = ttl;
 	return LEASE_WRITE;
 }

@@ -40,6 +40,7 @@
 /* What lease_edit needs besides the row. */
 typedef struct LeaseEdit
 {
+	const char *name;			/* the lease */
 	LeaseOp		op;
 	int64		token;			/* renew, release: the lease's token */
 	const char *holder;			/* grant: the new holder */
@@ -58,7 +59,7 @@ lease_edit(const FenceRow *row, FenceRow *newrow, void *arg)
 {
 	LeaseEdit  *e = (LeaseEdit *) arg;
 
-	return lease_decide(e->op, row, e->token, e->holder, e->ttl,
+	return lease_decide(e->name, e->op, row, e->token, e->holder, e->ttl,
 						GetCurrentTimestamp(), newrow) == LEASE_WRITE;
 }
 
@@ -90,7 +91,7 @@ bool
 lease_fastpath_grant(const char *name, const char *holder, Interval *ttl,
 					 FenceRow *prev, FenceRow *row)
 {
-	LeaseEdit	e = {LEASE_OP_GRANT, 0, holder, ttl};
+	LeaseEdit	e = {name, LEASE_OP_GRANT, 0, holder, ttl};
 
 	return lease_fastpath_write(name, &e, prev, row);
 }
@@ -103,7 +104,7 @@ bool
 lease_fastpath_renew(const char *name, int64 token, Interval *ttl,
 					 FenceRow *row)
 {
-	LeaseEdit	e = {LEASE_OP_RENEW, token, NULL, ttl};
+	LeaseEdit	e = {name, LEASE_OP_RENEW, token, NULL, ttl};
 	FenceRow	before;
 
 	return lease_fastpath_write(name, &e, &before, row);
@@ -116,7 +117,7 @@ lease_fastpath_renew(const char *name, int64 token, Interval *ttl,
 bool
 lease_fastpath_release(const char *name, int64 token, FenceRow *row)
 {
-	LeaseEdit	e = {LEASE_OP_RELEASE, token, NULL, NULL};
+	LeaseEdit	e = {name, LEASE_OP_RELEASE, token, NULL, NULL};
 	FenceRow	before;
 
 	return lease_fastpath_write(name, &e, &before, row);
