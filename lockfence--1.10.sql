@@ -1260,6 +1260,17 @@ BEGIN
     -- LF004 until its floor is raised: say so, with what to run.
     SELECT * INTO fs FROM lockfence.floor_status();
     IF fs.writes_refused AND fs.system_identifier OPERATOR(pg_catalog.=) fs.recorded_system_identifier
+       AND fs.timeline OPERATOR(pg_catalog.=) fs.recorded_timeline
+       AND (SELECT pg_catalog.count(*) FROM lockfence.floor_state) OPERATOR(pg_catalog.=) 1 THEN
+        -- (1.10) one row naming this server, recorded in another database:
+        -- a copy (CREATE DATABASE ... TEMPLATE)
+        RETURN QUERY SELECT 'error', 'floor_not_raised',
+            pg_catalog.format('The fences of this database were copied from another database (lockfence.floor_state was recorded in the database of OID %s; this one is %s): a copy made with CREATE DATABASE ... TEMPLATE is as old as the moment it was made, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
+                              (SELECT s.database_oid FROM lockfence.floor_state s),
+                              (SELECT d.oid FROM pg_catalog.pg_database d
+                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())),
+            'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted in the original database since the copy was made, SELECT lockfence.accept_promotion();';
+    ELSIF fs.writes_refused AND fs.system_identifier OPERATOR(pg_catalog.=) fs.recorded_system_identifier
        AND fs.timeline OPERATOR(pg_catalog.=) fs.recorded_timeline THEN
         -- (1.9) more than one row, all naming this server: a restored dump
         RETURN QUERY SELECT 'error', 'floor_not_raised',
@@ -1891,7 +1902,8 @@ CREATE TABLE lockfence.floor_state (
     system_identifier bigint NOT NULL,
     timeline          bigint NOT NULL,
     floor             bigint NOT NULL DEFAULT 0 CHECK (floor >= 0),
-    recorded_at       timestamptz NOT NULL
+    recorded_at       timestamptz NOT NULL,
+    database_oid      oid
 );
 
 COMMENT ON TABLE lockfence.floor_state IS
@@ -1912,7 +1924,9 @@ COMMENT ON FUNCTION lockfence.floor_identity() IS
     'This server''s system identifier and the WAL timeline it writes';
 
 INSERT INTO lockfence.floor_state
-SELECT i.system_identifier, i.timeline, 0, pg_catalog.statement_timestamp()
+SELECT i.system_identifier, i.timeline, 0, pg_catalog.statement_timestamp(),
+       (SELECT d.oid FROM pg_catalog.pg_database d
+         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
   FROM lockfence.floor_identity() AS i;
 
 CREATE FUNCTION lockfence.floor_record(floor bigint)

@@ -106,7 +106,14 @@ guard_report(TimeLineID tli)
 				 errdetail("The fences were recorded on system " UINT64_FORMAT ", timeline " INT64_FORMAT "; this server is system " UINT64_FORMAT ", timeline %u (a restored dump, a pg_upgrade or a copy).",
 						   (uint64) st->rec_sysid, st->rec_tli, sysid, tli),
 				 errhint("%s", hint)));
-	if (!st->mismatch)			/* more than one row, all naming this server */
+	if (st->mismatch && st->rec_tli != (int64) tli)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCKFENCE_FLOOR_REQUIRED),
+				 errmsg("this server was promoted and its fence floor has not been raised"),
+				 errdetail("The fences were recorded on timeline " INT64_FORMAT "; this server writes timeline %u.",
+						   st->rec_tli, tli),
+				 errhint("%s", hint)));
+	if (st->nrows > 1)			/* this server's rows: a restored dump */
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCKFENCE_FLOOR_REQUIRED),
 				 errmsg("the fences of this database were restored from a dump and its fence floor has not been raised"),
@@ -115,12 +122,15 @@ guard_report(TimeLineID tli)
 				 errhint("Raise the floor with lockfence.etcd_raise_floor() or lockfence.raise_floor(floor), "
 						 "or, if nothing was fenced or granted since the dump was taken, "
 						 "call lockfence.accept_promotion().")));
+	/* One row naming this server, recorded in another database. */
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_FLOOR_REQUIRED),
-			 errmsg("this server was promoted and its fence floor has not been raised"),
-			 errdetail("The fences were recorded on timeline " INT64_FORMAT "; this server writes timeline %u.",
-					   st->rec_tli, tli),
-			 errhint("%s", hint)));
+			 errmsg("the fences of this database were copied from another database and its fence floor has not been raised"),
+			 errdetail("Table lockfence.floor_state was recorded in the database of OID %u; this one is %u (a copy made with CREATE DATABASE ... TEMPLATE): the copied fences are as old as the copy.",
+					   st->rec_database, MyDatabaseId),
+			 errhint("Raise the floor with lockfence.etcd_raise_floor() or lockfence.raise_floor(floor), "
+					 "or, if nothing was fenced or granted in the original database since the copy was made, "
+					 "call lockfence.accept_promotion().")));
 }
 
 void
@@ -153,8 +163,8 @@ floor_record(int64 floor)
 	FenceStoreState state;
 	int64		old = 0;
 	int			rc;
-	Oid			argtypes[3] = {INT8OID, INT8OID, INT8OID};
-	Datum		values[3];
+	Oid			argtypes[4] = {INT8OID, INT8OID, INT8OID, OIDOID};
+	Datum		values[4];
 
 	floor_state_identity(&sysid, &tli, &in_recovery);
 	if (in_recovery)
@@ -212,10 +222,17 @@ floor_record(int64 floor)
 	values[0] = Int64GetDatum(sysid);
 	values[1] = Int64GetDatum((int64) tli);
 	values[2] = Int64GetDatum(floor);
-	rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
-							   " (system_identifier, timeline, floor, recorded_at)"
-							   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp())",
-							   3, argtypes, values, NULL, false, 0);
+	values[3] = ObjectIdGetDatum(MyDatabaseId);
+	if (floor_state_has_database(relid))
+		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
+								   " (system_identifier, timeline, floor, recorded_at, database_oid)"
+								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp(), $4)",
+								   4, argtypes, values, NULL, false, 0);
+	else
+		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
+								   " (system_identifier, timeline, floor, recorded_at)"
+								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp())",
+								   3, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute failed writing lockfence.floor_state: %s",
 			 SPI_result_code_string(rc));

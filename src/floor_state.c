@@ -21,8 +21,10 @@
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -67,6 +69,16 @@ floor_state_relid(void)
 	return lockfence_relid("floor_state");
 }
 
+/*
+ * Does lockfence.floor_state (relid) record the database (SQL 1.10 and
+ * later)?
+ */
+bool
+floor_state_has_database(Oid relid)
+{
+	return get_attnum(relid, "database_oid") != InvalidAttrNumber;
+}
+
 int64
 floor_state_int64(HeapTuple tuple, TupleDesc tupdesc, int col)
 {
@@ -77,19 +89,26 @@ floor_state_int64(HeapTuple tuple, TupleDesc tupdesc, int col)
 }
 
 /*
- * Read lockfence.floor_state and judge it against (sysid, tli).
+ * Read lockfence.floor_state and judge it against (sysid, tli) and this
+ * database.  A row recorded in another database (SQL 1.10 records it) came
+ * with a copy of the database, CREATE DATABASE ... TEMPLATE: its fences
+ * are as old as the copy.  A row without one (written by hand, or restored
+ * from a dump of an older version) is judged by the server alone.
  */
 void
 floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 {
 	FenceStoreState state;
 	SPIPlanPtr	plan;
+	Oid			relid = floor_state_relid();
+	bool		has_database;
 	int			rc;
 
 	memset(st, 0, sizeof(*st));
-	if (!OidIsValid(floor_state_relid()))
+	if (!OidIsValid(relid))
 		return;
 	st->have_table = true;
+	has_database = floor_state_has_database(relid);
 
 	fence_store_enter(&state);
 
@@ -98,7 +117,10 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 	 * beyond this transaction, and a floor recorded after a REPEATABLE READ
 	 * transaction began must not be missed (nor cached as missed).
 	 */
-	plan = SPI_prepare("SELECT system_identifier, timeline, floor, recorded_at"
+	plan = SPI_prepare(has_database ?
+					   "SELECT system_identifier, timeline, floor, recorded_at, database_oid"
+					   " FROM lockfence.floor_state" :
+					   "SELECT system_identifier, timeline, floor, recorded_at"
 					   " FROM lockfence.floor_state", 0, NULL);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for lockfence.floor_state: %s",
@@ -116,16 +138,27 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 		int64		rsysid = floor_state_int64(tuple, tupdesc, 1);
 		int64		rtli = floor_state_int64(tuple, tupdesc, 2);
 		int64		rfloor = floor_state_int64(tuple, tupdesc, 3);
-		bool		differs = rsysid != sysid || rtli != (int64) tli;
+		Oid			rdb = InvalidOid;
+		bool		differs;
 		bool		isnull;
 		Datum		at;
 
+		if (has_database)
+		{
+			Datum		d = SPI_getbinval(tuple, tupdesc, 5, &isnull);
+
+			if (!isnull)
+				rdb = DatumGetObjectId(d);
+		}
+		differs = rsysid != sysid || rtli != (int64) tli ||
+			(OidIsValid(rdb) && rdb != MyDatabaseId);
 		st->floor = Max(st->floor, rfloor);
 		if (st->mismatch)
 			continue;
 		st->mismatch = differs;
 		st->rec_sysid = rsysid;
 		st->rec_tli = rtli;
+		st->rec_database = rdb;
 		at = SPI_getbinval(tuple, tupdesc, 4, &isnull);
 		st->recorded_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(at);
 	}
@@ -135,8 +168,8 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 /*
  * Would these contents refuse fenced writes on a writable server?  One row
  * naming this server is the only state that does not: none leaves it
- * unknown who wrote the fences, a row naming another server or timeline
- * means a promotion or a copy, and more than one row a restore (the row
+ * unknown who wrote the fences, a row naming another server, timeline or
+ * database means a promotion or a copy, and more than one row a restore (the row
  * CREATE EXTENSION recorded beside the dumped one, even when both name
  * this server): floor_record() always leaves exactly one, and a restored
  * dump's fences are as old as the dump.

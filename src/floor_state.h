@@ -25,6 +25,7 @@ typedef struct FloorState
 	bool		mismatch;		/* a row names another identity */
 	int64		rec_sysid;		/* the row reported: a mismatching one if */
 	int64		rec_tli;		/* any, else the last one */
+	Oid			rec_database;	/* its database (InvalidOid: not recorded) */
 	TimestampTz recorded_at;
 	int64		floor;			/* the highest floor of all rows */
 } FloorState;
@@ -39,10 +40,19 @@ extern void floor_state_identity(int64 *sysid, TimeLineID *tli,
 /* The OID of lockfence.floor_state, InvalidOid when there is none. */
 extern Oid	floor_state_relid(void);
 
+/*
+ * Does lockfence.floor_state (relid) record the database (SQL 1.10 and
+ * later)?
+ */
+extern bool floor_state_has_database(Oid relid);
+
 /* Column col of an SPI result row as int64 (0 when NULL). */
 extern int64 floor_state_int64(HeapTuple tuple, TupleDesc tupdesc, int col);
 
-/* Read lockfence.floor_state and judge it against (sysid, tli). */
+/*
+ * Read lockfence.floor_state and judge it against (sysid, tli) and this
+ * database.
+ */
 extern void floor_state_read(int64 sysid, TimeLineID tli, FloorState *st);
 
 /* Would these contents refuse fenced writes on a writable server? */

@@ -240,6 +240,36 @@ $standby2->safe_psql('same', 'SELECT lockfence.accept_promotion()');
 is($standby2->safe_psql('same', "SELECT lockfence.fence('sync', 170)"),
 	'170', 'once accepted, the same-cluster copy fences');
 
+# A copy made with CREATE DATABASE ... TEMPLATE: one row, naming this
+# server and timeline, but recorded in the original database; the copy's
+# fences stop where the original's were when it was made.  Refused until
+# accepted (1.10; before, the copy fenced at once, and took a token the
+# original had superseded).
+$standby2->safe_psql('same', "SELECT lockfence.fence('sync', 171)");
+$standby2->safe_psql('postgres', 'CREATE DATABASE tcopy TEMPLATE same');
+is($standby2->safe_psql('same', "SELECT lockfence.fence('sync', 180)"),
+	'180', 'the original fences on after the copy');
+is($standby2->safe_psql('tcopy', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	't', 'the template copy reports writes refused');
+($o, $s, $err) = try_sql($standby2, "SELECT lockfence.fence('sync', 175)", 'tcopy');
+is($s, 'LF004', 'a token the original superseded is refused in the template copy');
+like($err, qr/copied from another database/, '... saying the fences were copied from another database');
+like($standby2->safe_psql('tcopy',
+		"SELECT detail FROM lockfence.check() WHERE finding = 'floor_not_raised'"),
+	qr/copied from another database/, 'check() says the database is a copy');
+($o, $s, $err) = try_sql($standby2,
+	"INSERT INTO ledger VALUES (99, 1, 175)", 'tcopy');
+is($s, 'LF004', 'a protected write in the template copy is refused');
+is($standby2->safe_psql('same', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	'f', 'the original is not refused');
+$standby2->safe_psql('tcopy', 'SELECT lockfence.accept_promotion()');
+is($standby2->safe_psql('tcopy', "SELECT lockfence.fence('sync', 176)"),
+	'176', 'once accepted, the template copy fences');
+is($standby2->safe_psql('tcopy',
+		"SELECT count(*) FROM lockfence.floor_state s, pg_database d"
+		. " WHERE d.datname = current_database() AND s.database_oid = d.oid"),
+	'1', 'the copy now records its own database');
+
 $other->stop;
 $standby2->stop;
 done_testing();
