@@ -65,6 +65,28 @@ SELECT lockfence.try_fence('f', 5) AS f_5, lockfence.try_fence('g', 6) AS g_6,
        lockfence.try_fence('g', 100) AS g_100;
 ROLLBACK;
 
+-- a lease call that writes nothing leaves the transaction's fence as it
+-- was (1.10; before, fenced_token() said NULL and the next protected
+-- write without a token was refused, LF002): a release of a lease the
+-- name does not have, and a try_acquire of the transaction's own held
+-- lease
+CREATE TABLE cache_nowrite (id int);
+SELECT lockfence.protect('cache_nowrite', resource => 'nw');
+BEGIN;
+SELECT lockfence.fence('nw', 5);
+SELECT lockfence.lease_release('nw', 5);
+SELECT lockfence.fenced_token('nw');
+INSERT INTO cache_nowrite VALUES (1);
+ROLLBACK;
+SELECT token AS nwl FROM lockfence.lease_acquire('nwl', '1 hour', 'h') \gset
+BEGIN;
+SELECT lockfence.fence('nwl', :nwl, 'h');
+SELECT * FROM lockfence.lease_try_acquire('nwl', '1 hour', 'h2');
+SELECT lockfence.fenced_token('nwl') = :nwl AS still_fenced;
+ROLLBACK;
+SELECT lockfence.unprotect('cache_nowrite');
+DROP TABLE cache_nowrite;
+
 -- forget_fenced() is for the extension's functions, not for PUBLIC
 CREATE ROLE cache_app;
 SET ROLE cache_app;

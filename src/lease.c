@@ -743,7 +743,6 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 
 	lease_acquire_args(fcinfo, "lockfence.lease_acquire()", &name, &ttl,
 					   &holder);
-	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (!PG_ARGISNULL(3))
 	{
 		int64		usecs;
@@ -765,6 +764,7 @@ lockfence_lease_acquire(PG_FUNCTION_ARGS)
 	call.row = &row;
 	lockfence_run_with_cleanup(acquire_waiting_step, count_failed_acquire,
 							   &call);
+	fence_cache_forget(name);	/* the grant wrote the fence row */
 
 	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);
@@ -792,10 +792,10 @@ lockfence_lease_try_acquire(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode(func);
 
 	lease_acquire_args(fcinfo, func, &name, &ttl, &holder);
-	fence_cache_forget(name);	/* the grant writes the fence row */
 	if (lease_attempt(func, name, holder, ttl, false, 0, &row) !=
 		LEASE_ATTEMPT_GRANTED)
-		PG_RETURN_NULL();
+		PG_RETURN_NULL();		/* nothing written: what it fenced holds */
+	fence_cache_forget(name);	/* the grant wrote the fence row */
 	lockfence_metrics_lease_acquired((GetCurrentTimestamp() - started) / 1e6);
 	return lease_result(fcinfo, &row);
 }
@@ -940,7 +940,6 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode(func);
 
 	lease_token_args(fcinfo, func, &name, &token);
-	fence_cache_forget(name);	/* this writes the fence row */
 	if (ttl != NULL)
 		lease_check_ttl(func, name, ttl);
 
@@ -951,6 +950,7 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 		if (verdict != LEASE_WRITE)
 			lease_report_lost(name, token, verdict, &row);
 	}
+	fence_cache_forget(name);	/* the renewal wrote the fence row */
 	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
@@ -972,7 +972,6 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode("lockfence.lease_release()");
 
 	lease_token_args(fcinfo, "lockfence.lease_release()", &name, &token);
-	fence_cache_forget(name);	/* this writes the fence row */
 
 	released = lease_fastpath_release(name, token, &row);
 	if (!released)
@@ -984,6 +983,7 @@ lockfence_lease_release(PG_FUNCTION_ARGS)
 
 	if (released)
 	{
+		fence_cache_forget(name);	/* the release wrote the fence row */
 		lease_wait_announce_at_commit(name);
 		lockfence_metrics_lease_ended((GetCurrentTimestamp() - row.accepted_at) / 1e6,
 									  false);
