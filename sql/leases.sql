@@ -128,6 +128,16 @@ SELECT * FROM lockfence.lease_acquire('x', '1000000 years');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM lockfence.lease_acquire('x', '100 years 1 second');
 SELECT * FROM lockfence.lease_acquire('x', '-178000000 years');
+-- far enough back that adding it to now leaves a timestamp's range: still
+-- "must be positive" (22023, not 22008)
+SELECT * FROM lockfence.lease_acquire('x', '-9000 years');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM lockfence.lease_try_acquire('x', '-6800 years -1 day');
+SELECT lockfence.lease_renew('job', 2, '-9000 years');
+-- fields beyond 1000 years that disagree in sign are refused as such,
+-- whatever they add up to (this one is about 3 years)
+SELECT * FROM lockfence.lease_acquire('x', make_interval(months => 200000, days => -6086300));
+\echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.lease_renew('job', 2, '1000000 years');
 SELECT token, expires_at > clock_timestamp() + interval '99 years' AS long
   FROM lockfence.lease_acquire('century', '100 years');

@@ -35,10 +35,13 @@
 #define LEASE_MAX_TTL_YEARS		100
 
 /*
- * Beyond these a TTL's fields could overflow a timestamp when added to the
- * current time; each alone is far above the maximum anyway.
+ * A TTL whose months, days or time alone go beyond this is judged by its
+ * fields' signs, not added to the current time: three such fields added to
+ * it could leave the range of a timestamp (4713 BC), which would fail with
+ * 22008 instead of saying what is wrong with the TTL.  Each alone is far
+ * above the maximum anyway.
  */
-#define LEASE_TTL_FIELD_YEARS	10000
+#define LEASE_TTL_FIELD_YEARS	1000
 
 /* now + ttl, with the session's time zone for day and month units. */
 static TimestampTz
@@ -108,10 +111,26 @@ lease_check_ttl(const char *func, const char *name, Interval *ttl)
 		fabs((double) ttl->time) > max_field_days * USECS_PER_DAY;
 	if (huge)
 	{
-		/* Far beyond either bound: its sign is its fields' sum. */
-		positive = (double) ttl->time + (double) ttl->day * USECS_PER_DAY +
-			(double) ttl->month * DAYS_PER_MONTH * USECS_PER_DAY > 0;
-		too_long = positive;
+		/*
+		 * Far beyond either bound: a TTL whose fields all point one way is
+		 * too long or not positive; one whose fields disagree is not judged
+		 * (counting a month as 30 days would give a wrong verdict).
+		 */
+		bool		forward = ttl->month >= 0 && ttl->day >= 0 && ttl->time >= 0;
+		bool		backward = ttl->month <= 0 && ttl->day <= 0 && ttl->time <= 0;
+
+		if (!forward && !backward)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lease ttl is out of range"),
+					 errdetail("%s was called for lease \"%s\" with ttl %s, whose months, days and time have opposite signs, one of them beyond %d years.",
+							   func, name,
+							   DatumGetCString(DirectFunctionCall1(interval_out,
+																   PointerGetDatum(ttl))),
+							   LEASE_TTL_FIELD_YEARS),
+					 errhint("Give a ttl such as '30 seconds'.")));
+		positive = forward;
+		too_long = forward;
 	}
 	else
 	{
