@@ -1220,6 +1220,13 @@ etcd_call_as(const char *what, const char *path, const char *body,
 		memset(reply, 0, sizeof(EtcdReply));
 		return false;
 	}
+	/*
+	 * Cut to the call's deadline, the retries end when the next one would
+	 * come after it, which may be well before it (endpoints that refuse
+	 * at once, then a pause): a wait_timeout never fires before it passed.
+	 */
+	if (cut)
+		call_pause(retry.deadline, false, &retry.deadline);
 	call_exhausted(what, path, cut, reply, last_st, last_endpoint, last_err);
 }
 

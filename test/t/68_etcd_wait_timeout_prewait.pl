@@ -21,7 +21,12 @@
 #	   2. warm session (lease granted by an earlier lock and unlock): the
 #		  queueing transaction is cut;
 #	   3. etcd_lock_many on a cold session;
-#	  and after each, with the member resumed, a call without wait_timeout
+#	   4. nothing listening at the endpoint (each connection refused at
+#		  once): the retries, which pause 200 ms after each round of
+#		  endpoints, must not end the call before its wait_timeout (before
+#		  1.10, 55P03 came within a millisecond, saying the wait_timeout
+#		  had passed, because the next retry would have come after it);
+#	  and after each of 1 to 3, with the member resumed, a call without wait_timeout
 #	  in the same session succeeds (the deadline was lifted with the
 #	  error), and once the session ends no key of it is left.
 
@@ -137,6 +142,34 @@ for my $i (1 .. $samples)
 		"SELECT * FROM lockfence.etcd_lock_many(ARRAY['many$i-a', 'many$i-b'], 10, '${wait_ms}ms');",
 		qr/DETAIL:\s+The wait_timeout passed during a lease grant, which failed/,
 		"many$i");
+}
+my $closed_port = PostgreSQL::Test::Cluster::get_free_port();
+for my $i (1 .. $samples)
+{
+	my $label = "refused $i";
+	my $w = LockfenceTest::EtcdCluster::session($node);
+	$w->query_safe("LOAD 'lockfence'");
+	$w->query_safe("SET lockfence.etcd_endpoints = 'http://127.0.0.1:$closed_port'");
+	send_query($w, "SELECT key FROM lockfence.etcd_lock('refused$i', 10, '${wait_ms}ms');");
+	my $t1 = wait_for_error($w, 30);
+	my $rd0 = LockfenceTest::EtcdCluster::run_delay_after($node, $w, $wait_ms / 1000);
+	my ($ms, $cpu_ms) = defined $t1
+	  ? LockfenceTest::EtcdCluster::late_ms(
+		LockfenceTest::EtcdCluster::statement_duration($node, $w->{pid}),
+		$w->{pid}, $rd0)
+	  : (99999, 0);
+	ok(defined $t1, "$label: error arrived");
+	like($w->{stderr}, qr/ERROR:\s+55P03: could not obtain etcd lock "[^"]+" within wait_timeout/,
+		"$label: 55P03") or diag $w->{stderr};
+	like($w->{stderr}, qr/DETAIL:\s+The wait_timeout passed during a lease grant, which failed/,
+		"$label: the detail names the request cut") or diag $w->{stderr};
+	ok($ms + $cpu_ms >= $wait_ms && $ms < $hard_bound_ms,
+		sprintf('%s: failed after %.1f ms, and %.1f ms waiting for a CPU (>= %d in all, < %d without the wait)',
+			$label, $ms, $cpu_ms, $wait_ms, $hard_bound_ms));
+	my $diag = LockfenceTest::EtcdCluster::error_wait_diag_over($ms, $bound_ms, $w,
+		LockfenceTest::EtcdCluster::statement_start($node, $w->{pid}) + $wait_ms / 1000);
+	push @{ $ms{refused} }, [ $ms, $diag ];
+	$w->quit;
 }
 for my $case (sort keys %ms)
 {
