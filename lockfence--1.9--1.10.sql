@@ -549,3 +549,197 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A lockfence trigger finds its columns by name: check_alter_table()
+-- refuses renaming, dropping or adding a column under the name of one a
+-- trigger names (with its helpers trigger_columns(), column_family() and
+-- check_trigger_columns()).  The library reports ADD and DROP COLUMN to it.
+-- (1.10) The columns the lockfence triggers of table rel name, as each
+-- trigger's arguments give them (resource_column, token_column,
+-- holder_column).
+CREATE FUNCTION lockfence.trigger_columns(rel oid)
+RETURNS TABLE (trigger_name name, argument text, column_name text)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT t.tgname,
+       pg_catalog.left(a, pg_catalog.strpos(a, '=') OPERATOR(pg_catalog.-) 1),
+       pg_catalog.substr(a, pg_catalog.strpos(a, '=') OPERATOR(pg_catalog.+) 1)
+  FROM pg_catalog.pg_trigger AS t,
+       pg_catalog.unnest(lockfence.trigger_arguments(t.tgargs)) AS a
+ WHERE t.tgrelid OPERATOR(pg_catalog.=) rel
+   AND t.tgfoid OPERATOR(pg_catalog.=) 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+   AND pg_catalog.left(a, pg_catalog.strpos(a, '=') OPERATOR(pg_catalog.-) 1)
+       IN ('resource_column', 'token_column', 'holder_column')
+$$;
+
+COMMENT ON FUNCTION lockfence.trigger_columns(oid) IS
+    'The columns the lockfence triggers of a table name';
+
+-- (1.10) The tables whose columns an ALTER of rel's columns changes too:
+-- rel, its inheritance descendants, and, for a composite type, its typed
+-- tables and theirs.
+CREATE FUNCTION lockfence.column_family(rel oid)
+RETURNS SETOF oid
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH RECURSIVE family(rel) AS (
+    SELECT rel
+    UNION
+    SELECT tt.oid
+      FROM pg_catalog.pg_class AS ct
+      JOIN pg_catalog.pg_class AS tt ON tt.reloftype OPERATOR(pg_catalog.=) ct.reltype
+     WHERE ct.oid OPERATOR(pg_catalog.=) column_family.rel
+       AND ct.relkind OPERATOR(pg_catalog.=) 'c'
+    UNION
+    SELECT i.inhrelid
+      FROM pg_catalog.pg_inherits AS i, family
+     WHERE i.inhparent OPERATOR(pg_catalog.=) family.rel
+)
+SELECT family.rel FROM family ORDER BY family.rel
+$$;
+
+COMMENT ON FUNCTION lockfence.column_family(oid) IS
+    'The tables whose columns an ALTER of a table''s (or a type''s) columns changes too';
+
+-- (1.10) A lockfence trigger finds its columns by name: a column renamed,
+-- or added, under the name of one it names (once that one was renamed or
+-- dropped) would become the rows' resource, token or holder, and move
+-- every row to other resources, unfenced.  So the columns a trigger of
+-- table rel names must still be there after an ALTER that changed rel's
+-- columns, and no column may have been given one of their names (named: a
+-- column the command added or renamed, NULL for none).
+CREATE FUNCTION lockfence.check_trigger_columns(rel oid, named text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT * FROM lockfence.trigger_columns(rel) ORDER BY 1, 2
+    LOOP
+        IF c.column_name OPERATOR(pg_catalog.=) named THEN
+            RAISE EXCEPTION 'cannot give the name "%" to a new column of protected table "%"',
+                            named, rel::regclass
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = pg_catalog.format('lockfence trigger %I finds its %s by that name: the column would take the place of the one it named, and move the rows to other resources or tokens without a fence.',
+                                                 c.trigger_name, c.argument),
+                      HINT = 'Give the column another name; to change a column that lockfence names, remove the protection with lockfence.unprotect(), change the column, and protect the table again.';
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute AS att
+                        WHERE att.attrelid OPERATOR(pg_catalog.=) rel
+                          AND att.attname OPERATOR(pg_catalog.=) c.column_name
+                          AND att.attnum OPERATOR(pg_catalog.>) 0
+                          AND NOT att.attisdropped) THEN
+            RAISE EXCEPTION 'cannot rename or drop column "%" of protected table "%"',
+                            c.column_name, rel::regclass
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = pg_catalog.format('lockfence trigger %I names it (%s) and finds it by name: another column given the name would take its place without a fence.',
+                                                 c.trigger_name, c.argument),
+                      HINT = 'Remove the protection with lockfence.unprotect(), change the column, and protect the table again naming the new column.';
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text) IS
+    'Refuse a change of the columns a lockfence trigger names';
+
+CREATE OR REPLACE FUNCTION lockfence.check_alter_table()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    a record;
+    r record;
+    col name;
+BEGIN
+    FOR a IN
+        SELECT DISTINCT c.objid AS parent, s.action, s.relid, s.attnum,
+                        s.partition_schema, s.partition_name
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
+               LATERAL lockfence.alter_table_actions(c.command) AS s
+         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE')
+         ORDER BY s.relid, s.action, s.partition_name
+    LOOP
+        IF a.action = 'detach partition' THEN
+            PERFORM lockfence.cover_detached(a.parent::regclass, p)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, false) AS p;
+        ELSIF a.action = 'attach partition' THEN
+            PERFORM lockfence.check_rows_fenced(p, 'ATTACH PARTITION', 0::smallint, true)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, true) AS p;
+        ELSE
+            -- (1.10) a column added or dropped: not one a trigger names
+            IF a.action IN ('add column', 'drop column') THEN
+                PERFORM lockfence.check_trigger_columns(f,
+                    CASE WHEN a.action OPERATOR(pg_catalog.=) 'add column' THEN
+                        (SELECT att.attname::text FROM pg_catalog.pg_attribute AS att
+                          WHERE att.attrelid OPERATOR(pg_catalog.=) a.relid
+                            AND att.attnum OPERATOR(pg_catalog.=) a.attnum)
+                    END)
+                   FROM lockfence.column_family(a.relid) AS f;
+            END IF;
+            -- a default, an identity, a new column or type: is the trigger still valid?
+            PERFORM lockfence.check_trigger(t.oid)
+               FROM pg_catalog.pg_trigger AS t
+              WHERE t.tgrelid = a.relid
+                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
+            IF a.action = 'alter type using' THEN
+                PERFORM lockfence.check_rows_fenced(a.relid::regclass,
+                                                    'ALTER COLUMN ... TYPE ... USING',
+                                                    a.attnum, false);
+            ELSIF a.action = 'alter type' THEN
+                -- without USING the rows are rewritten through a cast, which
+                -- can change what it converts (to name truncates at 63
+                -- bytes, to varchar(n) drops trailing blanks): on the
+                -- resource column that renames the rows' resources,
+                -- unfenced.  To text or varchar without a length, every
+                -- type a resource column may have (fence_trigger_config.c)
+                -- converts as its text form, which names the resource.
+                SELECT att.attname INTO col
+                  FROM pg_catalog.pg_trigger AS t, pg_catalog.pg_attribute AS att
+                 WHERE t.tgrelid = a.relid
+                   AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                   AND att.attrelid = a.relid AND att.attnum = a.attnum
+                   AND 'resource_column=' || att.attname
+                       = ANY (lockfence.trigger_arguments(t.tgargs))
+                   AND NOT (att.atttypid IN ('pg_catalog.text'::pg_catalog.regtype,
+                                             'pg_catalog.varchar'::pg_catalog.regtype)
+                            AND att.atttypmod = -1)
+                 LIMIT 1;
+                IF col IS NOT NULL THEN
+                    RAISE EXCEPTION 'cannot run ALTER COLUMN ... TYPE on column "%" of protected table "%"',
+                                    col, a.relid::regclass
+                        USING ERRCODE = 'feature_not_supported',
+                              DETAIL = 'It names the resource of each row, and the cast that rewrites the rows to this type can change the names without a fence.',
+                              HINT = 'Change it to text or to varchar without a length, which keep every name, or add a new column and fill it with UPDATE, which is fenced row by row.';
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- (1.10) A column renamed (ALTER TABLE ... RENAME COLUMN, ALTER TYPE
+    -- ... RENAME ATTRIBUTE ... CASCADE, the only commands reported with a
+    -- column): the tables whose column it renamed (column_family) must
+    -- keep the columns their lockfence triggers name.
+    FOR r IN
+        SELECT DISTINCT c.objid, att.attname::text AS named
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_attribute AS att
+            ON att.attrelid OPERATOR(pg_catalog.=) c.objid
+           AND att.attnum OPERATOR(pg_catalog.=) c.objsubid
+         WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid OPERATOR(pg_catalog.>) 0
+           AND c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE')
+    LOOP
+        PERFORM lockfence.check_trigger_columns(f, r.named)
+           FROM lockfence.column_family(r.objid) AS f;
+    END LOOP;
+END
+$$;

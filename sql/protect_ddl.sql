@@ -423,3 +423,45 @@ REVOKE ALL ON SCHEMA lockfence FROM lockfence_trig_app;
 SELECT lockfence.revoke_usage('lockfence_trig_app');
 DROP ROLE lockfence_trig_app;
 DROP EXTENSION lockfence;
+
+-- (1.10) a lockfence trigger finds its columns by name: renaming or
+-- dropping one it names, or giving its name to another column, would move
+-- the rows to other resources unfenced; refused (0A000)
+CREATE EXTENSION lockfence;
+CREATE TABLE rl (id int PRIMARY KEY, tenant text, other text, tok bigint, v int);
+SELECT lockfence.protect('rl', resource_column => 'tenant', token_column => 'tok');
+BEGIN;
+SELECT lockfence.fence('rl_acme', 1);
+INSERT INTO rl VALUES (1, 'rl_acme', 'rl_victim', 1, 1);
+COMMIT;
+ALTER TABLE rl RENAME COLUMN tenant TO tenant_old;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE rl RENAME COLUMN tok TO tok_old;
+ALTER TABLE rl DROP COLUMN tenant;
+ALTER TABLE rl DROP COLUMN tok;
+ALTER TABLE rl DROP COLUMN tenant, ADD COLUMN tenant text DEFAULT 'rl_other';
+-- other columns change freely
+ALTER TABLE rl RENAME COLUMN other TO other2;
+ALTER TABLE rl ADD COLUMN w int DEFAULT 0;
+ALTER TABLE rl DROP COLUMN other2;
+SELECT id, tenant, tok FROM rl;
+-- a protected partition, its parent not: the parent's DDL recurses
+CREATE TABLE rlp (id int, tenant text, tok bigint) PARTITION BY LIST (id);
+CREATE TABLE rlp1 PARTITION OF rlp FOR VALUES IN (1);
+SELECT lockfence.protect('rlp1', resource_column => 'tenant', token_column => 'tok');
+ALTER TABLE rlp RENAME COLUMN tenant TO tenant_old;
+ALTER TABLE rlp DROP COLUMN tenant;
+ALTER TABLE rlp DROP COLUMN tenant, ADD COLUMN tenant text DEFAULT 'x';
+-- a typed table: its type's attribute renamed with CASCADE
+CREATE TYPE rl_row AS (id int, tenant text, tok bigint);
+CREATE TABLE rlt OF rl_row;
+SELECT lockfence.protect('rlt', resource_column => 'tenant', token_column => 'tok');
+ALTER TYPE rl_row RENAME ATTRIBUTE tenant TO tenant_old CASCADE;
+SELECT attname FROM pg_attribute WHERE attrelid = 'rlt'::regclass AND attnum > 0 ORDER BY attnum;
+-- unprotected, the columns change
+SELECT lockfence.unprotect('rl');
+ALTER TABLE rl RENAME COLUMN tenant TO tenant_old;
+SELECT lockfence.unprotect('rlp1'), lockfence.unprotect('rlt');
+DROP TABLE rl, rlp, rlt;
+DROP TYPE rl_row;
+DROP EXTENSION lockfence;
