@@ -138,6 +138,16 @@ lockfence_failover_guard(void)
 {
 	TimeLineID	tli;
 
+	/*
+	 * The kept verdicts (this file's, the Citus guard's) are dropped by
+	 * invalidations, which PostgreSQL reads at the start of a transaction
+	 * and when a new lock is taken.  A fence in a transaction that holds
+	 * every lock its check takes would read none: a write to
+	 * lockfence.floor_state committed since (by hand, a restore) would be
+	 * missed until the transaction ends.  Reading them here costs little
+	 * when there are none.
+	 */
+	AcceptInvalidationMessages();
 	lockfence_citus_guard_fences(); /* fences past Citus: docs/citus.md */
 	if (RecoveryInProgress())
 		return;
