@@ -2230,6 +2230,10 @@ BEGIN
         RAISE EXCEPTION 'argument "role" of lockfence.grant_usage() must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    IF grant_usage.etcd IS NULL THEN
+        RAISE EXCEPTION 'argument "etcd" of lockfence.grant_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     FOR f IN SELECT * FROM lockfence.usage_functions(grant_usage.etcd) LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f, grant_usage.role);
     END LOOP;
@@ -2249,6 +2253,10 @@ DECLARE
 BEGIN
     IF revoke_usage.role IS NULL THEN
         RAISE EXCEPTION 'argument "role" of lockfence.revoke_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF revoke_usage.etcd IS NULL THEN
+        RAISE EXCEPTION 'argument "etcd" of lockfence.revoke_usage() must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP

@@ -743,3 +743,49 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- grant_usage(), revoke_usage(): a null etcd argument is refused (22004),
+-- not taken for false.
+CREATE OR REPLACE FUNCTION lockfence.grant_usage(role regrole, etcd boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF grant_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.grant_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grant_usage.etcd IS NULL THEN
+        RAISE EXCEPTION 'argument "etcd" of lockfence.grant_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(grant_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', f, grant_usage.role);
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION lockfence.revoke_usage(role regrole, etcd boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    IF revoke_usage.role IS NULL THEN
+        RAISE EXCEPTION 'argument "role" of lockfence.revoke_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF revoke_usage.etcd IS NULL THEN
+        RAISE EXCEPTION 'argument "etcd" of lockfence.revoke_usage() must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
+    END LOOP;
+END
+$$;

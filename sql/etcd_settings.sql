@@ -16,4 +16,9 @@ SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 -- the setting in force is still the last good one
 SHOW lockfence.etcd_endpoints;
 
+-- a key that is not a lock key is refused before any request, and a long
+-- one is named by its start (1.10: it was repeated whole, up to 1.5 MB)
+SELECT lockfence.etcd_unlock('no-lease-id');
+SELECT lockfence.etcd_unlock(repeat('k', 100000));
+
 DROP EXTENSION lockfence;

@@ -120,6 +120,10 @@ BEGIN READ ONLY;
 SELECT lockfence.fence('orders', 1);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+-- nor is a reset, which says so by its own name (1.10)
+BEGIN READ ONLY;
+SELECT lockfence.reset('orders');
+ROLLBACK;
 
 -- reset is for operators
 SELECT lockfence.reset('orders');
@@ -142,6 +146,9 @@ SET ROLE lockfence_app;
 SELECT lockfence.fence('app', 1);
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 RESET ROLE;
+-- (1.10) a null etcd argument is refused, not taken for false
+SELECT lockfence.grant_usage('lockfence_app', NULL);
+SELECT lockfence.revoke_usage('lockfence_app', NULL);
 SELECT lockfence.grant_usage('lockfence_app');
 SET ROLE lockfence_app;
 SELECT lockfence.fence('app', 1);

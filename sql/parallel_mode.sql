@@ -67,6 +67,11 @@ SELECT call_restricted(id, $q$SELECT lockfence.etcd_keepalive(1)$q$)
   FROM work_items WHERE id = 1;
 SELECT call_restricted(id, $q$SELECT lockfence.lock_resource('par')$q$)
   FROM work_items WHERE id = 1;
+-- (1.10) what reads lockfence.floor_state with the latest snapshot says
+-- so too (it was an internal error, XX000)
+SELECT call_restricted(id, $q$SELECT lockfence.floor_status()$q$)
+  FROM work_items WHERE id = 1;
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 SELECT count(*) AS fenced FROM lockfence.fences;
 
 -- reading the fence table is allowed (current_token() is PARALLEL UNSAFE

@@ -180,6 +180,16 @@ CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=');
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=m', 'resource_prefix=p');
+-- (1.10) a prefix that leaves no room for a name: refused when protecting,
+-- not at every write (22001)
+CREATE TABLE misuse_prefix (id int, tenant text);
+SELECT lockfence.protect('misuse_prefix', resource_column => 'tenant',
+                         resource_prefix => repeat('p', 255));
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+SELECT lockfence.protect('misuse_prefix', resource_column => 'tenant',
+                         resource_prefix => repeat('p', 254));
+SELECT lockfence.unprotect('misuse_prefix');
+DROP TABLE misuse_prefix;
 CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON misuse
     FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource_column=nope');
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;

@@ -37,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
@@ -642,9 +643,13 @@ etcd_lock_hand_over(EtcdLockResult *res, bool xact_scope)
 static void
 report_not_lock_key(const char *key, const char *detail)
 {
+	/* A key is up to 1.5 MB: name its start, as PostgreSQL names values. */
+	int			shown = pg_mbcliplen(key, strlen(key), 64);
+
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("etcd key \"%s\" is not a lock key", key),
+			 errmsg("etcd key \"%.*s%s\" is not a lock key", shown, key,
+					key[shown] != '\0' ? "..." : ""),
 			 errdetail("%s", detail),
 			 errhint("To delete any other key and revoke the lease it is attached to, with every key on that lease, call etcd_unlock(key, force => true).")));
 }

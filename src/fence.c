@@ -22,6 +22,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -267,6 +268,7 @@ lockfence_reset(PG_FUNCTION_ARGS)
 	bool		found;
 
 	lockfence_refuse_parallel_mode("lockfence.reset()");
+	PreventCommandIfReadOnly("lockfence.reset()");
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,

@@ -366,6 +366,15 @@ fence_trigger_configure(Trigger *trigger, Relation rel, MemoryContext mcxt)
 	}
 	else
 	{
+		/* Every name is the prefix and at least one byte of the column. */
+		if (strlen(config->resource_prefix) >= LOCKFENCE_MAX_RESOURCE_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lockfence trigger argument \"resource_prefix\" must be shorter than %d bytes",
+							LOCKFENCE_MAX_RESOURCE_BYTES),
+					 errdetail("It is %zu bytes; a resource name, the prefix and the column's value, is at most %d bytes.",
+							   strlen(config->resource_prefix),
+							   LOCKFENCE_MAX_RESOURCE_BYTES)));
 		config->resource_attnum = fence_trigger_column(rel, "resource_column",
 													   config->resource_column,
 													   COLUMN_NAME);

@@ -18,6 +18,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
 #include "executor/spi.h"
@@ -109,6 +110,12 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 		return;
 	st->have_table = true;
 	has_database = floor_state_has_database(relid);
+	/* The latest snapshot below cannot be taken in parallel mode. */
+	if (IsInParallelMode())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot read lockfence.floor_state during a parallel operation"),
+				 errhint("Mark the function that calls it PARALLEL UNSAFE.")));
 
 	fence_store_enter(&state);
 
