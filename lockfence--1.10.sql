@@ -1160,7 +1160,32 @@ AS $$
 DECLARE
     t record;
     n integer := 0;
+    parent regclass;
 BEGIN
+    -- (1.10) A partition or child of a protected table keeps that
+    -- protection: dropping its copies of the parent's triggers (the
+    -- TRUNCATE trigger lockfence made) would let TRUNCATE of it through.
+    WITH RECURSIVE up(relid) AS (
+        SELECT i.inhparent FROM pg_catalog.pg_inherits i
+         WHERE i.inhrelid OPERATOR(pg_catalog.=) tbl
+        UNION
+        SELECT i.inhparent FROM pg_catalog.pg_inherits i, up
+         WHERE i.inhrelid OPERATOR(pg_catalog.=) up.relid
+    )
+    SELECT up.relid INTO parent
+      FROM up
+     WHERE EXISTS (SELECT FROM pg_catalog.pg_trigger tg
+                    WHERE tg.tgrelid OPERATOR(pg_catalog.=) up.relid
+                      AND tg.tgfoid OPERATOR(pg_catalog.=) 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                      AND tg.tgparentid OPERATOR(pg_catalog.=) 0)
+     ORDER BY up.relid
+     LIMIT 1;
+    IF parent IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot unprotect table "%": it is protected through "%"', tbl, parent
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its lockfence triggers are copies of those of a protected table it is a partition or child of; dropping them would let writes or TRUNCATE of it through unfenced.',
+                  HINT = 'Unprotect that table, or detach the partition (or NO INHERIT) first.';
+    END IF;
     -- Citus drops a distributed table's triggers (and its shards') only
     -- with citus.enable_unsafe_triggers on, as protect() creates them;
     -- on until the transaction ends.

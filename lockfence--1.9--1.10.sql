@@ -789,3 +789,78 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- unprotect(): refused on a partition or child of a protected table, whose
+-- lockfence triggers are copies of its parent's (0A000).
+CREATE OR REPLACE FUNCTION lockfence.unprotect(tbl regclass)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    n integer := 0;
+    parent regclass;
+BEGIN
+    -- (1.10) A partition or child of a protected table keeps that
+    -- protection: dropping its copies of the parent's triggers (the
+    -- TRUNCATE trigger lockfence made) would let TRUNCATE of it through.
+    WITH RECURSIVE up(relid) AS (
+        SELECT i.inhparent FROM pg_catalog.pg_inherits i
+         WHERE i.inhrelid OPERATOR(pg_catalog.=) tbl
+        UNION
+        SELECT i.inhparent FROM pg_catalog.pg_inherits i, up
+         WHERE i.inhrelid OPERATOR(pg_catalog.=) up.relid
+    )
+    SELECT up.relid INTO parent
+      FROM up
+     WHERE EXISTS (SELECT FROM pg_catalog.pg_trigger tg
+                    WHERE tg.tgrelid OPERATOR(pg_catalog.=) up.relid
+                      AND tg.tgfoid OPERATOR(pg_catalog.=) 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                      AND tg.tgparentid OPERATOR(pg_catalog.=) 0)
+     ORDER BY up.relid
+     LIMIT 1;
+    IF parent IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot unprotect table "%": it is protected through "%"', tbl, parent
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its lockfence triggers are copies of those of a protected table it is a partition or child of; dropping them would let writes or TRUNCATE of it through unfenced.',
+                  HINT = 'Unprotect that table, or detach the partition (or NO INHERIT) first.';
+    END IF;
+    -- Citus drops a distributed table's triggers (and its shards') only
+    -- with citus.enable_unsafe_triggers on, as protect() creates them;
+    -- on until the transaction ends.
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    END IF;
+    FOR t IN
+        WITH RECURSIVE tree(relid, level) AS (
+            SELECT tbl::oid, 0
+            UNION
+            SELECT i.inhrelid, up.level + 1
+              FROM pg_catalog.pg_inherits i JOIN tree up ON i.inhparent = up.relid
+        ), own AS (
+            SELECT tg.tgname FROM pg_catalog.pg_trigger tg
+             WHERE tg.tgrelid = tbl
+               AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+               AND tg.tgparentid = 0
+        )
+        SELECT tg.tgname, tg.tgrelid, tree.level
+          FROM tree
+          JOIN pg_catalog.pg_trigger tg ON tg.tgrelid = tree.relid
+         WHERE tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgparentid = 0
+           AND (tree.relid = tbl OR tg.tgname IN (SELECT tgname FROM own))
+         ORDER BY tree.level DESC
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname,
+                                  t.tgrelid::pg_catalog.regclass);
+        n := n + 1;
+    END LOOP;
+    PERFORM lockfence.sync_protected_tables(forget => ARRAY(
+        SELECT pg_catalog.format('%I.%I', ns.nspname, cl.relname)
+          FROM pg_catalog.pg_class cl
+          JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) cl.relnamespace
+         WHERE cl.oid OPERATOR(pg_catalog.=) tbl));
+    RETURN n;
+END
+$$;

@@ -458,6 +458,18 @@ CREATE TABLE rlt OF rl_row;
 SELECT lockfence.protect('rlt', resource_column => 'tenant', token_column => 'tok');
 ALTER TYPE rl_row RENAME ATTRIBUTE tenant TO tenant_old CASCADE;
 SELECT attname FROM pg_attribute WHERE attrelid = 'rlt'::regclass AND attnum > 0 ORDER BY attnum;
+-- (1.10) a partition keeps its parent's protection: unprotect() of it is
+-- refused (it dropped the TRUNCATE trigger made for it, and TRUNCATE went
+-- through unfenced)
+CREATE TABLE upp (id int, v int) PARTITION BY LIST (id);
+CREATE TABLE upp1 PARTITION OF upp FOR VALUES IN (1);
+SELECT lockfence.protect('upp', resource => 'upp_res');
+SELECT lockfence.unprotect('upp1');
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE upp1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.unprotect('upp');
+DROP TABLE upp;
 -- unprotected, the columns change
 SELECT lockfence.unprotect('rl');
 ALTER TABLE rl RENAME COLUMN tenant TO tenant_old;
