@@ -410,7 +410,10 @@ BEGIN
                           DETAIL = 'It names the resource of each row, and the rows'' former resources could not be fenced.',
                           HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
             END IF;
-            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT %L || %I::text AS r FROM %s) AS s'
+            -- byte for byte, as fences are: DISTINCT under the column's
+            -- collation (a case-insensitive one) would check one spelling
+            -- of a resource for all (1.10)
+            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT (%L || %I::text) COLLATE pg_catalog."C" AS r FROM %s) AS s'
                            ' WHERE s.r IS NULL OR lockfence.fenced_token(s.r) IS NULL LIMIT 1',
                            coalesce(prefix, ''), col, rel)
                 INTO missing;

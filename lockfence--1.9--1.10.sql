@@ -864,3 +864,79 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- check_rows_fenced(): resources told apart byte for byte (COLLATE "C"), not
+-- under the column's collation, which may be case-insensitive.
+CREATE OR REPLACE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
+                                            attnum smallint,
+                                            only_clones boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    t record;
+    args text[];
+    res text;
+    col text;
+    prefix text;
+    missing text;
+    n bigint;
+BEGIN
+    FOR t IN
+        SELECT tg.tgname, tg.tgargs
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgrelid = rel
+           AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgtype::int & 1 = 1
+           AND (NOT only_clones
+                OR (tg.tgparentid <> 0
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = rel AND x.tgparentid = 0
+                                       AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
+                                       AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
+                                       AND x.tgenabled IN ('O', 'A'))))
+         ORDER BY tg.tgname
+    LOOP
+        missing := NULL;
+        args := lockfence.trigger_arguments(t.tgargs);
+        SELECT substr(a, 10) INTO res FROM unnest(args) a WHERE a LIKE 'resource=%';
+        SELECT substr(a, 17) INTO col FROM unnest(args) a WHERE a LIKE 'resource\_column=%';
+        SELECT substr(a, 17) INTO prefix FROM unnest(args) a WHERE a LIKE 'resource\_prefix=%';
+        IF res IS NOT NULL THEN
+            EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) AS s', rel) INTO n;
+            IF n > 0 AND lockfence.fenced_token(res) IS NULL THEN
+                missing := res;
+            END IF;
+        ELSIF col IS NOT NULL THEN
+            IF attnum <> 0 AND col = (SELECT a.attname FROM pg_catalog.pg_attribute a
+                                       WHERE a.attrelid = rel
+                                         AND a.attnum = check_rows_fenced.attnum) THEN
+                RAISE EXCEPTION 'cannot run % on column "%" of protected table "%"', action, col, rel
+                    USING ERRCODE = 'feature_not_supported',
+                          DETAIL = 'It names the resource of each row, and the rows'' former resources could not be fenced.',
+                          HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+            END IF;
+            -- byte for byte, as fences are: DISTINCT under the column's
+            -- collation (a case-insensitive one) would check one spelling
+            -- of a resource for all (1.10)
+            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT (%L || %I::text) COLLATE pg_catalog."C" AS r FROM %s) AS s'
+                           ' WHERE s.r IS NULL OR lockfence.fenced_token(s.r) IS NULL LIMIT 1',
+                           coalesce(prefix, ''), col, rel)
+                INTO missing;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                missing := coalesce(missing, '(null)');
+            END IF;
+        END IF;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot run % on protected table "%" without a fencing token', action, rel
+                USING ERRCODE = 'LF002',
+                      DETAIL = format('%s writes rows without firing trigger "%s", and resource "%s" was not fenced in this transaction.',
+                                      action, t.tgname, missing),
+                      HINT = 'Call lockfence.fence() for every resource of the rows, in the same transaction, before the ALTER TABLE.';
+        END IF;
+    END LOOP;
+END
+$$;
