@@ -10,9 +10,10 @@
  * triggers), ALTER COLUMN ... TYPE ... USING (rewrites every row), SET
  * DEFAULT and ADD ... IDENTITY (the database, not the writer, then supplies
  * values), and ADD and DROP COLUMN (a trigger finds its columns by name:
- * another column under the name would take their place).  Which subcommands ran is visible only in C, through the
- * pg_ddl_command values of pg_event_trigger_ddl_commands(); the policy for
- * each is in lockfence.check_new_triggers().
+ * another column under the name would take their place).  Which
+ * subcommands ran is visible only in C, through the pg_ddl_command values
+ * of pg_event_trigger_ddl_commands(); the policy for each is in
+ * lockfence.check_new_triggers().
  *
  * Those checks, written in SQL, read the catalogs and the rows as of the
  * statement's snapshot.  Under REPEATABLE READ or SERIALIZABLE that is the

@@ -176,10 +176,10 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
  * Would these contents refuse fenced writes on a writable server?  One row
  * naming this server is the only state that does not: none leaves it
  * unknown who wrote the fences, a row naming another server, timeline or
- * database means a promotion or a copy, and more than one row a restore (the row
- * CREATE EXTENSION recorded beside the dumped one, even when both name
- * this server): floor_record() always leaves exactly one, and a restored
- * dump's fences are as old as the dump.
+ * database means a promotion or a copy, and more than one row a restore
+ * (the row CREATE EXTENSION recorded beside the dumped one, even when both
+ * name this server): floor_record() always leaves exactly one, and a
+ * restored dump's fences are as old as the dump.
  */
 bool
 floor_state_refuses(const FloorState *st)
