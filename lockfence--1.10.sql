@@ -436,8 +436,6 @@ $$;
 COMMENT ON FUNCTION lockfence.check_rows_fenced(regclass, text, smallint, boolean) IS
     'Refuse DDL that writes rows of resources not fenced in this transaction';
 
--- ALTER TABLE subcommands that would let rows be written unfenced: refused,
--- or covered (DETACH).  Called by check_new_triggers().
 -- (1.10) The columns the lockfence triggers of table rel name, as each
 -- trigger's arguments give them (resource_column, token_column,
 -- holder_column).
@@ -467,6 +465,9 @@ CREATE FUNCTION lockfence.column_family(rel oid)
 RETURNS SETOF oid
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
+-- its estimate grows with pg_class and would start JIT compilation, which
+-- costs more than the query (every ADD, DROP or RENAME COLUMN runs it)
+SET jit = off
 AS $$
 WITH RECURSIVE family(rel) AS (
     SELECT rel
@@ -498,6 +499,7 @@ CREATE FUNCTION lockfence.check_trigger_columns(rel oid, named text)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
     c record;
@@ -532,10 +534,13 @@ $$;
 COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text) IS
     'Refuse a change of the columns a lockfence trigger names';
 
+-- ALTER TABLE subcommands that would let rows be written unfenced: refused,
+-- or covered (DETACH).  Called by check_new_triggers().
 CREATE FUNCTION lockfence.check_alter_table()
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
     a record;
@@ -610,7 +615,8 @@ BEGIN
 
     -- (1.10) A column renamed (ALTER TABLE ... RENAME COLUMN, ALTER TYPE
     -- ... RENAME ATTRIBUTE ... CASCADE, the only commands reported with a
-    -- column): the tables whose column it renamed (column_family) must
+    -- column; ALTER VIEW and ALTER MATERIALIZED VIEW rename a table's
+    -- column too): the tables whose column it renamed (column_family) must
     -- keep the columns their lockfence triggers name.
     FOR r IN
         SELECT DISTINCT c.objid, att.attname::text AS named
@@ -620,7 +626,8 @@ BEGIN
            AND att.attnum OPERATOR(pg_catalog.=) c.objsubid
          WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
            AND c.objsubid OPERATOR(pg_catalog.>) 0
-           AND c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE')
+           AND c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE',
+                                 'ALTER VIEW', 'ALTER MATERIALIZED VIEW')
     LOOP
         PERFORM lockfence.check_trigger_columns(f, r.named)
            FROM lockfence.column_family(r.objid) AS f;
@@ -686,6 +693,47 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION lockfence.sync_protected_tables(text[], boolean) IS
     'Keep lockfence.protected_tables true to the tables and their triggers';
 
+-- (1.10) A column a lockfence trigger names, dropped by ALTER TABLE ...
+-- DROP COLUMN or with something it depends on (DROP COLLATION, TYPE or
+-- DOMAIN ... CASCADE), while its table stays: refused, as renaming it is
+-- (check_alter_table()).  Its rows' resources or tokens would be lost, and
+-- another column could be given its name.
+CREATE FUNCTION lockfence.check_dropped_columns()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT o.objid, o.address_names[3] AS col, t.trigger_name, t.argument
+          FROM pg_catalog.pg_event_trigger_dropped_objects() AS o,
+               LATERAL lockfence.trigger_columns(o.objid) AS t
+         WHERE o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND o.objsubid OPERATOR(pg_catalog.>) 0
+           AND t.column_name OPERATOR(pg_catalog.=) o.address_names[3]
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_event_trigger_dropped_objects() AS w
+                            WHERE w.classid OPERATOR(pg_catalog.=) o.classid
+                              AND w.objid OPERATOR(pg_catalog.=) o.objid
+                              AND w.objsubid OPERATOR(pg_catalog.=) 0)
+         ORDER BY 1, 2
+         LIMIT 1
+    LOOP
+        RAISE EXCEPTION 'cannot drop column "%" of protected table "%"',
+                        c.col, c.objid::pg_catalog.regclass
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = pg_catalog.format('lockfence trigger %I names it (%s) and finds it by name: the rows would lose their resources or tokens, and another column given the name would take its place without a fence.',
+                                             c.trigger_name, c.argument),
+                  HINT = 'Remove the protection with lockfence.unprotect() first, or drop the table.';
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION lockfence.check_dropped_columns() IS
+    'Refuse dropping a column a lockfence trigger names';
+
 -- Forget the dropped tables (DROP TABLE, DROP SCHEMA ... CASCADE, DROP
 -- OWNED, ...) by name.  As the list's owner: only it may make lockfence
 -- forget a name that no longer names a table, and the names here are
@@ -699,6 +747,7 @@ AS $$
 DECLARE
     gone text[];
 BEGIN
+    PERFORM lockfence.check_dropped_columns();
     gone := ARRAY(SELECT o.object_identity
                     FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
                    WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
@@ -811,11 +860,14 @@ $$;
 
 -- CREATE SCHEMA reports the tables and triggers it creates as commands of
 -- their own; ALTER FOREIGN TABLE can INHERIT a protected table; ALTER TYPE
--- ... ALTER ATTRIBUTE ... CASCADE changes the columns of typed tables.
+-- ... ALTER ATTRIBUTE ... CASCADE changes the columns of typed tables;
+-- (1.10) ALTER VIEW and ALTER MATERIALIZED VIEW ... RENAME COLUMN rename a
+-- table's column too (PostgreSQL does not check the kind of relation).
 CREATE EVENT TRIGGER lockfence_check_new_triggers ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'CREATE TABLE AS',
                  'CREATE FOREIGN TABLE', 'ALTER TABLE', 'ALTER FOREIGN TABLE',
-                 'CREATE SCHEMA', 'ALTER TYPE')
+                 'CREATE SCHEMA', 'ALTER TYPE', 'ALTER VIEW',
+                 'ALTER MATERIALIZED VIEW')
     EXECUTE FUNCTION lockfence.check_new_triggers();
 
 -- Only the owner of a protected table may create or replace its triggers:

@@ -463,6 +463,18 @@ ALTER TABLE rl RENAME COLUMN tok TO tok_old;
 ALTER TABLE rl DROP COLUMN tenant;
 ALTER TABLE rl DROP COLUMN tok;
 ALTER TABLE rl DROP COLUMN tenant, ADD COLUMN tenant text DEFAULT 'rl_other';
+-- ALTER VIEW and ALTER MATERIALIZED VIEW rename a table's columns too
+ALTER VIEW rl RENAME COLUMN tenant TO tenant_old;
+ALTER MATERIALIZED VIEW rl RENAME COLUMN tok TO tok_old;
+-- a column dropped with what it depends on (CASCADE)
+CREATE COLLATION lf_c (locale = 'C');
+CREATE TABLE rlc (id int, tenant text COLLATE lf_c);
+SELECT lockfence.protect('rlc', resource_column => 'tenant');
+DROP COLLATION lf_c CASCADE;
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.unprotect('rlc');
+DROP COLLATION lf_c CASCADE;
+DROP TABLE rlc;
 -- other columns change freely
 ALTER TABLE rl RENAME COLUMN other TO other2;
 ALTER TABLE rl ADD COLUMN w int DEFAULT 0;
