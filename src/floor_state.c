@@ -21,6 +21,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "access/xlogrecovery.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -169,6 +170,33 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 		at = SPI_getbinval(tuple, tupdesc, 4, &isnull);
 		st->recorded_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(at);
 	}
+
+	/*
+	 * One row naming this server and timeline, recorded in another
+	 * database: a copy (CREATE DATABASE ... TEMPLATE, template1's included).
+	 * A copy that brought no fence row brought nothing old: it is not
+	 * refused, and its first fenced write records the row as this
+	 * database's (floor_state_adopt), in the same transaction.
+	 */
+	if (st->nrows == 1 && st->mismatch && st->rec_sysid == sysid &&
+		st->rec_tli == (int64) tli && OidIsValid(st->rec_database) &&
+		st->rec_database != MyDatabaseId)
+	{
+		plan = SPI_prepare("SELECT FROM lockfence.fences LIMIT 1", 0, NULL);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for lockfence.fences: %s",
+				 SPI_result_code_string(SPI_result));
+		rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+								  InvalidSnapshot, true, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute failed reading lockfence.fences: %s",
+				 SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+		{
+			st->mismatch = false;
+			st->adopt = true;
+		}
+	}
 	fence_store_leave(&state);
 }
 
@@ -219,8 +247,42 @@ guard_refresh(TimeLineID tli)
 	floor_state_read((int64) GetSystemIdentifier(), tli, &guard_state);
 	guard_tli = tli;
 	guard_refused = floor_state_refuses(&guard_state);
-	/* Kept only if no change of the table arrived while it was read. */
-	guard_valid = guard_state.have_table && seen == guard_invalidations;
+	/*
+	 * Kept only if no change of the table arrived while it was read, and
+	 * not while an empty copy's row waits for its first fenced write.
+	 */
+	guard_valid = guard_state.have_table && !guard_state.adopt &&
+		seen == guard_invalidations;
+}
+
+/*
+ * Record the row of an empty copy as this database's (floor_state_read
+ * took it so): in the transaction of its first fenced write, so that no
+ * fence row is ever committed beside a row naming another database.  Not
+ * in a read-only transaction, whose write fails anyway.  Under REPEATABLE
+ * READ a concurrent recording fails this one with 40001.
+ */
+static void
+floor_state_adopt(void)
+{
+	FenceStoreState state;
+	Oid			argtypes[2] = {OIDOID, OIDOID};
+	Datum		values[2];
+	int			rc;
+
+	if (XactReadOnly)
+		return;
+	fence_store_enter(&state);
+	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	values[1] = ObjectIdGetDatum(guard_state.rec_database);
+	rc = SPI_execute_with_args("UPDATE lockfence.floor_state SET database_oid = $1"
+							   " WHERE database_oid OPERATOR(pg_catalog.=) $2",
+							   2, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "SPI_execute failed recording lockfence.floor_state: %s",
+			 SPI_result_code_string(rc));
+	fence_store_leave(&state);
+	floor_state_forget();
 }
 
 /*
@@ -234,6 +296,8 @@ floor_state_refused(TimeLineID tli)
 	if (likely(guard_valid && guard_tli == tli && !guard_refused))
 		return false;
 	guard_refresh(tli);
+	if (guard_state.adopt && !guard_refused)
+		floor_state_adopt();
 	return guard_refused;
 }
 

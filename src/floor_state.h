@@ -26,6 +26,7 @@ typedef struct FloorState
 	int64		rec_sysid;		/* the row reported: a mismatching one if */
 	int64		rec_tli;		/* any, else the last one */
 	Oid			rec_database;	/* its database (InvalidOid: not recorded) */
+	bool		adopt;			/* an empty copy's row: record it as ours */
 	TimestampTz recorded_at;
 	int64		floor;			/* the highest floor of all rows */
 } FloorState;

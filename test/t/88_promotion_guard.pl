@@ -270,6 +270,36 @@ is($standby2->safe_psql('tcopy',
 		. " WHERE d.datname = current_database() AND s.database_oid = d.oid"),
 	'1', 'the copy now records its own database');
 
+# An empty copy (a database made from a template holding the extension but
+# no fence row, as template1 with lockfence installed): nothing old came
+# with it, so it fences at once, and its first fence records the row as
+# its own, in the same transaction (1.10).  Once it has fences, a copy of
+# it is refused like any other.
+$standby2->safe_psql('postgres', 'CREATE DATABASE tmpl_empty');
+$standby2->safe_psql('tmpl_empty', 'CREATE EXTENSION lockfence');
+$standby2->safe_psql('postgres', 'CREATE DATABASE from_empty TEMPLATE tmpl_empty');
+is($standby2->safe_psql('from_empty', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	'f', 'an empty copy is not refused');
+is($standby2->safe_psql('from_empty',
+		"SELECT count(*) FROM lockfence.check() WHERE finding = 'floor_not_raised'"),
+	'0', '... and check() reports nothing');
+my $own_row = "SELECT count(*) FROM lockfence.floor_state s, pg_database d"
+  . " WHERE d.datname = current_database() AND s.database_oid = d.oid";
+is($standby2->safe_psql('from_empty', $own_row), '0',
+	'... its row still names the template');
+# a fence rolled back records nothing
+$standby2->safe_psql('from_empty',
+	"BEGIN; SELECT lockfence.fence('e', 1); ROLLBACK;");
+is($standby2->safe_psql('from_empty', $own_row), '0',
+	'a fence rolled back leaves the row as it was');
+is($standby2->safe_psql('from_empty', "SELECT lockfence.fence('e', 1)"),
+	'1', 'the first fence is accepted');
+is($standby2->safe_psql('from_empty', $own_row), '1',
+	'... and records the row as this database\'s');
+$standby2->safe_psql('postgres', 'CREATE DATABASE from_fenced TEMPLATE from_empty');
+($o, $s, $err) = try_sql($standby2, "SELECT lockfence.fence('e', 2)", 'from_fenced');
+is($s, 'LF004', 'a copy of it, now holding a fence, is refused');
+
 $other->stop;
 $standby2->stop;
 done_testing();
