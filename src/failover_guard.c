@@ -157,6 +157,36 @@ lockfence_failover_guard(void)
 }
 
 /*
+ * Write the one row of lockfence.floor_state (relid), through SPI: this
+ * server's identity, the floor, and (SQL 1.10) this database.
+ */
+static void
+floor_record_insert(Oid relid, int64 sysid, TimeLineID tli, int64 floor)
+{
+	Oid			argtypes[4] = {INT8OID, INT8OID, INT8OID, OIDOID};
+	Datum		values[4];
+	int			rc;
+
+	values[0] = Int64GetDatum(sysid);
+	values[1] = Int64GetDatum((int64) tli);
+	values[2] = Int64GetDatum(floor);
+	values[3] = ObjectIdGetDatum(MyDatabaseId);
+	if (floor_state_has_database(relid))
+		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
+								   " (system_identifier, timeline, floor, recorded_at, database_oid)"
+								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp(), $4)",
+								   4, argtypes, values, NULL, false, 0);
+	else
+		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
+								   " (system_identifier, timeline, floor, recorded_at)"
+								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp())",
+								   3, argtypes, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "SPI_execute failed writing lockfence.floor_state: %s",
+			 SPI_result_code_string(rc));
+}
+
+/*
  * Record this server's identity with floor max(recorded floors, floor) as
  * the only row of lockfence.floor_state; returns that floor.  Under READ
  * COMMITTED only: with a transaction snapshot, the DELETE would miss a row
@@ -173,8 +203,6 @@ floor_record(int64 floor)
 	FenceStoreState state;
 	int64		old = 0;
 	int			rc;
-	Oid			argtypes[4] = {INT8OID, INT8OID, INT8OID, OIDOID};
-	Datum		values[4];
 
 	floor_state_identity(&sysid, &tli, &in_recovery);
 	if (in_recovery)
@@ -229,23 +257,7 @@ floor_record(int64 floor)
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "SPI_execute failed clearing lockfence.floor_state: %s",
 			 SPI_result_code_string(rc));
-	values[0] = Int64GetDatum(sysid);
-	values[1] = Int64GetDatum((int64) tli);
-	values[2] = Int64GetDatum(floor);
-	values[3] = ObjectIdGetDatum(MyDatabaseId);
-	if (floor_state_has_database(relid))
-		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
-								   " (system_identifier, timeline, floor, recorded_at, database_oid)"
-								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp(), $4)",
-								   4, argtypes, values, NULL, false, 0);
-	else
-		rc = SPI_execute_with_args("INSERT INTO lockfence.floor_state"
-								   " (system_identifier, timeline, floor, recorded_at)"
-								   " VALUES ($1, $2, $3, pg_catalog.statement_timestamp())",
-								   3, argtypes, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "SPI_execute failed writing lockfence.floor_state: %s",
-			 SPI_result_code_string(rc));
+	floor_record_insert(relid, sysid, tli, floor);
 	fence_store_leave(&state);
 	floor_state_forget();
 	return floor;

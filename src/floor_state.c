@@ -91,6 +91,60 @@ floor_state_int64(HeapTuple tuple, TupleDesc tupdesc, int col)
 }
 
 /*
+ * A latest-snapshot query of lockfence's tables, through SPI (connected):
+ * the verdicts are kept beyond this transaction, and a row written after a
+ * REPEATABLE READ transaction began must not be missed (nor kept missed).
+ */
+static void
+floor_state_query(const char *sql, long limit)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, 0, NULL);
+	int			rc;
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, true, false, limit);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed for \"%s\": %s", sql,
+			 SPI_result_code_string(rc));
+}
+
+/*
+ * Judge one row of lockfence.floor_state into *st: the highest floor of
+ * all rows, and the first row that names another server, timeline or
+ * database (column 5, if has_database).
+ */
+static void
+floor_state_judge_row(HeapTuple tuple, TupleDesc tupdesc, bool has_database,
+					  int64 sysid, TimeLineID tli, FloorState *st)
+{
+	int64		rsysid = floor_state_int64(tuple, tupdesc, 1);
+	int64		rtli = floor_state_int64(tuple, tupdesc, 2);
+	Oid			rdb = InvalidOid;
+	bool		isnull;
+	Datum		d;
+
+	st->floor = Max(st->floor, floor_state_int64(tuple, tupdesc, 3));
+	if (st->mismatch)
+		return;
+	if (has_database)
+	{
+		d = SPI_getbinval(tuple, tupdesc, 5, &isnull);
+		if (!isnull)
+			rdb = DatumGetObjectId(d);
+	}
+	st->mismatch = rsysid != sysid || rtli != (int64) tli ||
+		(OidIsValid(rdb) && rdb != MyDatabaseId);
+	st->rec_sysid = rsysid;
+	st->rec_tli = rtli;
+	st->rec_database = rdb;
+	d = SPI_getbinval(tuple, tupdesc, 4, &isnull);
+	st->recorded_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+/*
  * Read lockfence.floor_state and judge it against (sysid, tli) and this
  * database.  A row recorded in another database (SQL 1.10 records it) came
  * with a copy of the database, CREATE DATABASE ... TEMPLATE: its fences
@@ -101,17 +155,15 @@ void
 floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 {
 	FenceStoreState state;
-	SPIPlanPtr	plan;
 	Oid			relid = floor_state_relid();
 	bool		has_database;
-	int			rc;
 
 	memset(st, 0, sizeof(*st));
 	if (!OidIsValid(relid))
 		return;
 	st->have_table = true;
 	has_database = floor_state_has_database(relid);
-	/* The latest snapshot below cannot be taken in parallel mode. */
+	/* The latest snapshot cannot be taken in parallel mode. */
 	if (IsInParallelMode())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
@@ -119,57 +171,15 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 				 errhint("Mark the function that calls it PARALLEL UNSAFE.")));
 
 	fence_store_enter(&state);
-
-	/*
-	 * With the latest snapshot, not the transaction's: the verdict is kept
-	 * beyond this transaction, and a floor recorded after a REPEATABLE READ
-	 * transaction began must not be missed (nor cached as missed).
-	 */
-	plan = SPI_prepare(has_database ?
-					   "SELECT system_identifier, timeline, floor, recorded_at, database_oid"
-					   " FROM lockfence.floor_state" :
-					   "SELECT system_identifier, timeline, floor, recorded_at"
-					   " FROM lockfence.floor_state", 0, NULL);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for lockfence.floor_state: %s",
-			 SPI_result_code_string(SPI_result));
-	rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
-							  InvalidSnapshot, true, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed reading lockfence.floor_state: %s",
-			 SPI_result_code_string(rc));
+	floor_state_query(has_database ?
+					  "SELECT system_identifier, timeline, floor, recorded_at, database_oid"
+					  " FROM lockfence.floor_state" :
+					  "SELECT system_identifier, timeline, floor, recorded_at"
+					  " FROM lockfence.floor_state", 0);
 	st->nrows = (int) SPI_processed;
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[i];
-		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
-		int64		rsysid = floor_state_int64(tuple, tupdesc, 1);
-		int64		rtli = floor_state_int64(tuple, tupdesc, 2);
-		int64		rfloor = floor_state_int64(tuple, tupdesc, 3);
-		Oid			rdb = InvalidOid;
-		bool		differs;
-		bool		isnull;
-		Datum		at;
-
-		if (has_database)
-		{
-			Datum		d = SPI_getbinval(tuple, tupdesc, 5, &isnull);
-
-			if (!isnull)
-				rdb = DatumGetObjectId(d);
-		}
-		differs = rsysid != sysid || rtli != (int64) tli ||
-			(OidIsValid(rdb) && rdb != MyDatabaseId);
-		st->floor = Max(st->floor, rfloor);
-		if (st->mismatch)
-			continue;
-		st->mismatch = differs;
-		st->rec_sysid = rsysid;
-		st->rec_tli = rtli;
-		st->rec_database = rdb;
-		at = SPI_getbinval(tuple, tupdesc, 4, &isnull);
-		st->recorded_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(at);
-	}
+		floor_state_judge_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+							  has_database, sysid, tli, st);
 
 	/*
 	 * One row naming this server and timeline, recorded in another
@@ -182,15 +192,7 @@ floor_state_read(int64 sysid, TimeLineID tli, FloorState *st)
 		st->rec_tli == (int64) tli && OidIsValid(st->rec_database) &&
 		st->rec_database != MyDatabaseId)
 	{
-		plan = SPI_prepare("SELECT FROM lockfence.fences LIMIT 1", 0, NULL);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for lockfence.fences: %s",
-				 SPI_result_code_string(SPI_result));
-		rc = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
-								  InvalidSnapshot, true, false, 1);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "SPI_execute failed reading lockfence.fences: %s",
-				 SPI_result_code_string(rc));
+		floor_state_query("SELECT FROM lockfence.fences LIMIT 1", 1);
 		if (SPI_processed == 0)
 		{
 			st->mismatch = false;
