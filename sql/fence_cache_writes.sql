@@ -21,10 +21,12 @@ ROLLBACK TO SAVEPOINT s;
 SELECT lockfence.fence('x', 1);
 COMMIT;
 
--- a renewal: the token still holds
+-- a renewal: the token still holds, and (1.10) the transaction's fence
+-- with it too (it changed only the expiry)
 BEGIN;
 SELECT lockfence.fence('x', 1);
 SELECT lockfence.lease_renew('x', 1) > now();
+SELECT lockfence.fenced_token('x');
 SELECT lockfence.fence('x', 1);
 COMMIT;
 

@@ -920,6 +920,22 @@ lease_report_lost(const char *name, int64 token, LeaseVerdict verdict,
 }
 
 /*
+ * After a renewal of name's lease of token: what this transaction fenced
+ * with that token still holds, since the renewal changed only the expiry
+ * (token and holder as they were, the resource lock kept); anything else
+ * it knew of the name is read again.
+ */
+static void
+lease_renewed_keep_fence(const char *name, int64 token)
+{
+	int64		fenced;
+	const char *holder;
+
+	if (!fence_cache_lookup(name, &fenced, &holder) || fenced != token)
+		fence_cache_forget(name);
+}
+
+/*
  * lockfence.lease_renew(name text, token bigint, ttl interval DEFAULT NULL)
  *		returns timestamptz
  *
@@ -950,7 +966,7 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
 		if (verdict != LEASE_WRITE)
 			lease_report_lost(name, token, verdict, &row);
 	}
-	fence_cache_forget(name);	/* the renewal wrote the fence row */
+	lease_renewed_keep_fence(name, token);
 	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
