@@ -2028,6 +2028,8 @@ BEGIN
                                 ELSE 'A name is longer than 255 bytes.' END;
     END IF;
 
+    -- (1.10) an empty copy's fence rows are its own
+    PERFORM lockfence.floor_adopt();
     PERFORM lockfence.lock_resource(r)
        FROM (SELECT DISTINCT r FROM pg_catalog.unnest(raise_floor.resources) AS r) AS d
       ORDER BY r;
@@ -2140,6 +2142,18 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION lockfence.floor_record(bigint) IS
     'Record this server''s identity and raise the global floor (raise_floor() calls it)';
 
+-- (1.10) In an empty copy of a database (its floor_state row names another
+-- database, and it has no fence row), record the row as this database's:
+-- raise_floor(floor, resources) calls it before writing fence rows, as a
+-- fenced write does through the library's guard.
+CREATE FUNCTION lockfence.floor_adopt()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_floor_adopt'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_adopt() IS
+    'Record an empty database copy''s floor_state row as its own (raise_floor() calls it)';
+
 CREATE FUNCTION lockfence.accept_promotion()
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'lockfence_accept_promotion'
@@ -2164,6 +2178,7 @@ COMMENT ON FUNCTION lockfence.floor_status() IS
     'Recorded and current server identity, global floor, and whether fenced writes are refused (LF004)';
 
 REVOKE ALL ON FUNCTION lockfence.floor_record(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lockfence.floor_adopt() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.accept_promotion() FROM PUBLIC;
 
 -- A write to lockfence.floor_state that does not go through the floor

@@ -1022,3 +1022,103 @@ BEGIN
     END IF;
 END
 $$;
+
+-- raise_floor(floor, resources) records an empty database copy's
+-- floor_state row as its own before it writes fence rows (floor_adopt()).
+-- (1.10) In an empty copy of a database (its floor_state row names another
+-- database, and it has no fence row), record the row as this database's:
+-- raise_floor(floor, resources) calls it before writing fence rows, as a
+-- fenced write does through the library's guard.
+CREATE FUNCTION lockfence.floor_adopt()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lockfence_floor_adopt'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION lockfence.floor_adopt() IS
+    'Record an empty database copy''s floor_state row as its own (raise_floor() calls it)';
+
+
+REVOKE ALL ON FUNCTION lockfence.floor_adopt() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION lockfence.raise_floor(floor bigint, resources text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    raised bigint;
+    bad text;
+    effective bigint;
+BEGIN
+    IF raise_floor.floor IS NULL THEN
+        RAISE EXCEPTION 'fence floor must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF raise_floor.floor < 0 THEN
+        RAISE EXCEPTION 'fence floor must not be negative'
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  DETAIL = pg_catalog.format('The floor given was %s.', raise_floor.floor);
+    END IF;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'cannot raise the fence floor while the server is in recovery'
+            USING ERRCODE = 'read_only_sql_transaction',
+                  HINT = 'Run it on the primary, after the promotion.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'cannot raise the fence floor under %', pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = 'The transaction''s snapshot would miss fences committed after it, and leave them below the floor.',
+                  HINT = 'Run it in a READ COMMITTED transaction (SET default_transaction_isolation = ''read committed'').';
+    END IF;
+
+    PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;
+    IF raise_floor.resources IS NULL THEN
+        -- Any holder may present the floor, and no lease survives it; rows
+        -- are raised after every transaction that fenced them (lock_resource).
+        PERFORM lockfence.lock_resource(f.resource) FROM lockfence.fences f WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor ORDER BY f.resource;
+        UPDATE lockfence.fences f
+           SET token = raise_floor.floor,
+               accepted_at = pg_catalog.statement_timestamp(),
+               holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
+         WHERE f.token OPERATOR(pg_catalog.<) raise_floor.floor;
+        GET DIAGNOSTICS raised = ROW_COUNT;
+        -- What this transaction fenced before may be below the floor now.
+        PERFORM lockfence.forget_fenced(NULL);
+        RETURN raised;
+    END IF;
+
+    SELECT r INTO bad
+      FROM pg_catalog.unnest(raise_floor.resources) AS r
+     WHERE r IS NULL OR r OPERATOR(pg_catalog.=) ''
+        OR pg_catalog.octet_length(r) OPERATOR(pg_catalog.>) 255
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid fencing resource name in resources'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = CASE WHEN bad IS NULL THEN 'The array holds a null.'
+                                WHEN bad OPERATOR(pg_catalog.=) '' THEN 'The array holds an empty name.'
+                                ELSE 'A name is longer than 255 bytes.' END;
+    END IF;
+
+    -- (1.10) an empty copy's fence rows are its own
+    PERFORM lockfence.floor_adopt();
+    PERFORM lockfence.lock_resource(r)
+       FROM (SELECT DISTINCT r FROM pg_catalog.unnest(raise_floor.resources) AS r) AS d
+      ORDER BY r;
+    -- A name's row below the global floor would let its tokens under the
+    -- floor through: the floor a list gives is the global one at least.
+    SELECT GREATEST(raise_floor.floor, pg_catalog.max(s.floor)) INTO effective
+      FROM lockfence.floor_state s;
+    INSERT INTO lockfence.fences AS f (resource, token, accepted_at, holder)
+    SELECT DISTINCT r, effective, pg_catalog.statement_timestamp(),
+           NULL::text
+      FROM pg_catalog.unnest(raise_floor.resources) AS r
+        ON CONFLICT (resource) DO UPDATE
+       SET token = excluded.token, accepted_at = excluded.accepted_at,
+           holder = NULL, lease_expires_at = NULL, lease_ttl = NULL
+     WHERE f.token OPERATOR(pg_catalog.<) excluded.token;
+    GET DIAGNOSTICS raised = ROW_COUNT;
+    PERFORM lockfence.forget_fenced(raise_floor.resources);
+    RETURN raised;
+END
+$$;

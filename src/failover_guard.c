@@ -80,6 +80,7 @@
 
 PG_FUNCTION_INFO_V1(lockfence_floor_identity);
 PG_FUNCTION_INFO_V1(lockfence_floor_record);
+PG_FUNCTION_INFO_V1(lockfence_floor_adopt);
 PG_FUNCTION_INFO_V1(lockfence_accept_promotion);
 PG_FUNCTION_INFO_V1(lockfence_floor_status);
 PG_FUNCTION_INFO_V1(lockfence_floor_state_changed);
@@ -261,6 +262,23 @@ floor_record(int64 floor)
 	fence_store_leave(&state);
 	floor_state_forget();
 	return floor;
+}
+
+/*
+ * lockfence.floor_adopt() returns void
+ *
+ * Called by raise_floor(floor, resources) before it writes fence rows
+ * (1.10): in an empty copy of a database (floor_state.c), record the row
+ * as this database's, as a fenced write does through the guard; else the
+ * rows would make it a copy holding fences, refused.  Anything else is
+ * left as it is, refused or not: raise_floor() works while refused.
+ */
+Datum
+lockfence_floor_adopt(PG_FUNCTION_ARGS)
+{
+	if (!RecoveryInProgress())
+		(void) floor_state_refused(GetWALInsertionTimeLine());
+	PG_RETURN_VOID();
 }
 
 /*

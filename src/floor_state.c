@@ -261,8 +261,14 @@ guard_refresh(TimeLineID tli)
  * Record the row of an empty copy as this database's (floor_state_read
  * took it so): in the transaction of its first fenced write, so that no
  * fence row is ever committed beside a row naming another database.  Not
- * in a read-only transaction, whose write fails anyway.  Under REPEATABLE
- * READ a concurrent recording fails this one with 40001.
+ * in a read-only transaction, whose write fails anyway.  A row another
+ * transaction is recording (its own first fenced write, not yet ended) is
+ * waited for, as any row lock: skipping it would let this transaction
+ * commit a fence row beside a row naming another database, which refuses
+ * the copy from then on (until the other commits, or for good if it rolls
+ * back).  So until the copy's first fenced transaction ends, the others
+ * wait for it (lease_try_acquire too).  Under REPEATABLE READ a recording
+ * committed after the snapshot fails this one with 40001.
  */
 static void
 floor_state_adopt(void)

@@ -300,6 +300,42 @@ $standby2->safe_psql('postgres', 'CREATE DATABASE from_fenced TEMPLATE from_empt
 ($o, $s, $err) = try_sql($standby2, "SELECT lockfence.fence('e', 2)", 'from_fenced');
 is($s, 'LF004', 'a copy of it, now holding a fence, is refused');
 
+# raise_floor(N, list) in an empty copy writes fence rows of its own: the
+# row is recorded as this database's first, not left to make the copy
+# look like one holding fences.
+$standby2->safe_psql('postgres', 'CREATE DATABASE from_empty2 TEMPLATE tmpl_empty');
+is($standby2->safe_psql('from_empty2', "SELECT lockfence.raise_floor(100, ARRAY['a', 'b'])"),
+	'2', 'raise_floor with a list in an empty copy');
+is($standby2->safe_psql('from_empty2', $own_row), '1',
+	'... records the row as this database\'s');
+is($standby2->safe_psql('from_empty2', "SELECT lockfence.fence('a', 100)"),
+	'100', '... and the copy fences on');
+
+# The first fenced write of an empty copy, still open, holds the row it
+# records: another session's fenced write waits for it (had it gone on, it
+# would commit a fence row beside a row naming another database, and the
+# copy would be refused), then goes through; nothing is refused.
+$standby2->safe_psql('postgres', 'CREATE DATABASE from_empty3 TEMPLATE tmpl_empty');
+my $first = $standby2->background_psql('from_empty3');
+$first->query_safe("BEGIN");
+$first->query_safe("SELECT lockfence.fence('x', 1)");
+my $second = $standby2->background_psql('from_empty3');
+my $second_pid = $second->query_safe('SELECT pg_backend_pid()');
+$second->query_until(qr/started/, "\\echo started\nSELECT token FROM lockfence.lease_try_acquire('l', '10 s');\n");
+ok($standby2->poll_query_until('from_empty3',
+		"SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $second_pid"),
+	'a lease_try_acquire beside the open first fence waits for it');
+$first->query_safe("COMMIT");
+$first->quit;
+ok($standby2->poll_query_until('from_empty3',
+		"SELECT count(*) = 1 FROM lockfence.fences WHERE resource = 'l'"),
+	'... and is granted once the first commits');
+$second->quit;
+is($standby2->safe_psql('from_empty3', $own_row), '1',
+	'the row is this database\'s');
+is($standby2->safe_psql('from_empty3', 'SELECT writes_refused FROM lockfence.floor_status()'),
+	'f', '... and nothing is refused');
+
 $other->stop;
 $standby2->stop;
 done_testing();
