@@ -553,7 +553,8 @@ $$;
 -- A lockfence trigger finds its columns by name: check_alter_table()
 -- refuses renaming, dropping or adding a column under the name of one a
 -- trigger names (with its helpers trigger_columns(), column_family() and
--- check_trigger_columns()).  The library reports ADD and DROP COLUMN to it.
+-- check_trigger_columns()); the library reports ADD COLUMN to it, and the
+-- sql_drop event trigger refuses dropping such a column (check_dropped_columns()).
 -- (1.10) The columns the lockfence triggers of table rel name, as each
 -- trigger's arguments give them (resource_column, token_column,
 -- holder_column).
@@ -609,11 +610,12 @@ COMMENT ON FUNCTION lockfence.column_family(oid) IS
 -- (1.10) A lockfence trigger finds its columns by name: a column renamed,
 -- or added, under the name of one it names (once that one was renamed or
 -- dropped) would become the rows' resource, token or holder, and move
--- every row to other resources, unfenced.  So the columns a trigger of
--- table rel names must still be there after an ALTER that changed rel's
--- columns, and no column may have been given one of their names (named: a
--- column the command added or renamed, NULL for none).
-CREATE FUNCTION lockfence.check_trigger_columns(rel oid, named text)
+-- every row to other resources, unfenced.  So no column may be given one
+-- of their names (named: the column the command added or renamed), and
+-- after a rename (renamed) the columns a trigger of table rel names must
+-- still be there.  (Drops: check_dropped_columns().)
+CREATE FUNCTION lockfence.check_trigger_columns(rel oid, named text,
+                                                renamed boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -626,19 +628,19 @@ BEGIN
         SELECT * FROM lockfence.trigger_columns(rel) ORDER BY 1, 2
     LOOP
         IF c.column_name OPERATOR(pg_catalog.=) named THEN
-            RAISE EXCEPTION 'cannot give the name "%" to a new column of protected table "%"',
+            RAISE EXCEPTION 'cannot give the name "%" to another column of protected table "%"',
                             named, rel::regclass
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = pg_catalog.format('lockfence trigger %I finds its %s by that name: the column would take the place of the one it named, and move the rows to other resources or tokens without a fence.',
                                                  c.trigger_name, c.argument),
                       HINT = 'Give the column another name; to change a column that lockfence names, remove the protection with lockfence.unprotect(), change the column, and protect the table again.';
         END IF;
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute AS att
+        IF renamed AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute AS att
                         WHERE att.attrelid OPERATOR(pg_catalog.=) rel
                           AND att.attname OPERATOR(pg_catalog.=) c.column_name
                           AND att.attnum OPERATOR(pg_catalog.>) 0
                           AND NOT att.attisdropped) THEN
-            RAISE EXCEPTION 'cannot rename or drop column "%" of protected table "%"',
+            RAISE EXCEPTION 'cannot rename column "%" of protected table "%"',
                             c.column_name, rel::regclass
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = pg_catalog.format('lockfence trigger %I names it (%s) and finds it by name: another column given the name would take its place without a fence.',
@@ -649,7 +651,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text) IS
+COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text, boolean) IS
     'Refuse a change of the columns a lockfence trigger names';
 
 CREATE OR REPLACE FUNCTION lockfence.check_alter_table()
@@ -680,21 +682,22 @@ BEGIN
                FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
                                                a.partition_name, true) AS p;
         ELSE
-            -- (1.10) a column added or dropped: not one a trigger names
-            IF a.action IN ('add column', 'drop column') THEN
+            -- (1.10) a column added: not under a name a trigger names
+            -- (a dropped one: check_dropped_columns())
+            IF a.action IN ('add column', 'add column with default') THEN
                 PERFORM lockfence.check_trigger_columns(f,
-                    CASE WHEN a.action OPERATOR(pg_catalog.=) 'add column' THEN
-                        (SELECT att.attname::text FROM pg_catalog.pg_attribute AS att
-                          WHERE att.attrelid OPERATOR(pg_catalog.=) a.relid
-                            AND att.attnum OPERATOR(pg_catalog.=) a.attnum)
-                    END)
+                    (SELECT att.attname::text FROM pg_catalog.pg_attribute AS att
+                      WHERE att.attrelid OPERATOR(pg_catalog.=) a.relid
+                        AND att.attnum OPERATOR(pg_catalog.=) a.attnum),
+                    false)
                    FROM lockfence.column_family(a.relid) AS f;
             END IF;
-            -- a default, an identity, a new column or type: is the trigger still valid?
+            -- a default, an identity or a new type: is the trigger still valid?
             PERFORM lockfence.check_trigger(t.oid)
                FROM pg_catalog.pg_trigger AS t
               WHERE t.tgrelid = a.relid
-                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
+                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                AND a.action OPERATOR(pg_catalog.<>) 'add column';
             IF a.action = 'alter type using' THEN
                 PERFORM lockfence.check_rows_fenced(a.relid::regclass,
                                                     'ALTER COLUMN ... TYPE ... USING',
@@ -745,7 +748,7 @@ BEGIN
            AND c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE',
                                  'ALTER VIEW', 'ALTER MATERIALIZED VIEW')
     LOOP
-        PERFORM lockfence.check_trigger_columns(f, r.named)
+        PERFORM lockfence.check_trigger_columns(f, r.named, true)
            FROM lockfence.column_family(r.objid) AS f;
     END LOOP;
 END

@@ -452,6 +452,19 @@ DROP COLLATION lf_c CASCADE;
 SELECT lockfence.unprotect('rlc');
 DROP COLLATION lf_c CASCADE;
 DROP TABLE rlc;
+-- a table whose trigger already names a missing column (renamed away
+-- before 1.10, here with the event triggers off) still takes other
+-- columns' ADD and DROP; renaming a column to the missing name is refused
+CREATE TABLE rlb (id int, tok bigint, tok2 bigint);
+SELECT lockfence.protect('rlb', resource => 'rlb', token_column => 'tok');
+ALTER EVENT TRIGGER lockfence_check_new_triggers DISABLE;
+ALTER TABLE rlb RENAME COLUMN tok TO tok_old;
+ALTER EVENT TRIGGER lockfence_check_new_triggers ENABLE;
+ALTER TABLE rlb ADD COLUMN w int;
+ALTER TABLE rlb DROP COLUMN w;
+ALTER TABLE rlb RENAME COLUMN tok2 TO tok;
+SELECT lockfence.unprotect('rlb');
+DROP TABLE rlb;
 -- other columns change freely
 ALTER TABLE rl RENAME COLUMN other TO other2;
 ALTER TABLE rl ADD COLUMN w int DEFAULT 0;

@@ -9,8 +9,8 @@
  * the table was not protected), DETACH PARTITION (drops the cloned row
  * triggers), ALTER COLUMN ... TYPE ... USING (rewrites every row), SET
  * DEFAULT and ADD ... IDENTITY (the database, not the writer, then supplies
- * values), and ADD and DROP COLUMN (a trigger finds its columns by name:
- * another column under the name would take their place).  Which
+ * values), and ADD COLUMN (a trigger finds its columns by name: another
+ * column under the name would take their place).  Which
  * subcommands ran is visible only in C, through the pg_ddl_command values
  * of pg_event_trigger_ddl_commands(); the policy for each is in
  * lockfence.check_new_triggers().
@@ -73,13 +73,12 @@ fence_ddl_action(AlterTableCmd *cmd)
 		case AT_AddColumnRecurse:
 #endif
 			/* its default, and (1.10) its name: not one a trigger names */
+			def = (ColumnDef *) cmd->def;
+			if (def != NULL && IsA(def, ColumnDef) &&
+				(def->raw_default != NULL || def->cooked_default != NULL ||
+				 def->identity != '\0'))
+				return "add column with default";
 			return "add column";
-		case AT_DropColumn:
-#if PG_VERSION_NUM < 160000
-		case AT_DropColumnRecurse:
-#endif
-			/* (1.10) not a column a trigger names */
-			return "drop column";
 		case AT_AlterColumnType:
 			def = (ColumnDef *) cmd->def;
 			if (def != NULL && IsA(def, ColumnDef) && def->raw_default != NULL)
