@@ -1465,23 +1465,23 @@ BEGIN
     -- LF004 until its floor is raised: say so, with what to run.
     SELECT * INTO fs FROM lockfence.floor_status();
     IF fs.writes_refused AND fs.system_identifier OPERATOR(pg_catalog.=) fs.recorded_system_identifier
-       AND fs.timeline OPERATOR(pg_catalog.=) fs.recorded_timeline
-       AND (SELECT pg_catalog.count(*) FROM lockfence.floor_state) OPERATOR(pg_catalog.=) 1 THEN
-        -- (1.10) one row naming this server, recorded in another database:
-        -- a copy (CREATE DATABASE ... TEMPLATE)
-        RETURN QUERY SELECT 'error', 'floor_not_raised',
-            pg_catalog.format('The fences of this database were copied from another database (lockfence.floor_state was recorded in the database of OID %s; this one is %s): a copy made with CREATE DATABASE ... TEMPLATE is as old as the moment it was made, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
-                              (SELECT s.database_oid FROM lockfence.floor_state s),
-                              (SELECT d.oid FROM pg_catalog.pg_database d
-                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())),
-            'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted in the original database since the copy was made, SELECT lockfence.accept_promotion();';
-    ELSIF fs.writes_refused AND fs.system_identifier OPERATOR(pg_catalog.=) fs.recorded_system_identifier
        AND fs.timeline OPERATOR(pg_catalog.=) fs.recorded_timeline THEN
-        -- (1.9) more than one row, all naming this server: a restored dump
-        RETURN QUERY SELECT 'error', 'floor_not_raised',
-            pg_catalog.format('The fences of this database were restored from a dump (lockfence.floor_state holds %s rows: the one recorded when the extension was created here and the dumped ones): they are as old as the dump, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
-                              (SELECT pg_catalog.count(*) FROM lockfence.floor_state)),
-            'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted since the dump was taken, SELECT lockfence.accept_promotion();';
+        IF (SELECT pg_catalog.count(*) FROM lockfence.floor_state) OPERATOR(pg_catalog.=) 1 THEN
+            -- (1.10) one row naming this server, recorded in another database:
+            -- a copy (CREATE DATABASE ... TEMPLATE)
+            RETURN QUERY SELECT 'error', 'floor_not_raised',
+                pg_catalog.format('The fences of this database were copied from another database (lockfence.floor_state was recorded in the database of OID %s; this one is %s): a copy made with CREATE DATABASE ... TEMPLATE is as old as the moment it was made, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
+                                  (SELECT s.database_oid FROM lockfence.floor_state s),
+                                  (SELECT d.oid FROM pg_catalog.pg_database d
+                                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())),
+                'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted in the original database since the copy was made, SELECT lockfence.accept_promotion();';
+        ELSE
+            -- (1.9) more than one row, all naming this server: a restored dump
+            RETURN QUERY SELECT 'error', 'floor_not_raised',
+                pg_catalog.format('The fences of this database were restored from a dump (lockfence.floor_state holds %s rows: the one recorded when the extension was created here and the dumped ones): they are as old as the dump, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',
+                                  (SELECT pg_catalog.count(*) FROM lockfence.floor_state)),
+                'SELECT * FROM lockfence.etcd_raise_floor(); or SELECT lockfence.raise_floor(<a token above every one issued>); or, if nothing was fenced or granted since the dump was taken, SELECT lockfence.accept_promotion();';
+        END IF;
     ELSIF fs.writes_refused THEN
         RETURN QUERY SELECT 'error', 'floor_not_raised',
             pg_catalog.format('This server (system identifier %s, timeline %s) is not the one that wrote the fences (system identifier %s, timeline %s): it was promoted or restored, and every fence and lease is refused with SQLSTATE LF004 until the floor is raised.',

@@ -183,6 +183,7 @@ lease_decide(const char *name, LeaseOp op, const FenceRow *row, int64 token,
 {
 	bool		unexpired = row != NULL && row->leased &&
 		row->lease_expires_at > now;
+	bool		own_ttl;
 
 	if (row != NULL)
 		*newrow = *row;
@@ -224,16 +225,12 @@ lease_decide(const char *name, LeaseOp op, const FenceRow *row, int64 token,
 	}
 
 	/* A renewal: now + the given TTL, or the one the lease has. */
+	own_ttl = ttl == NULL;
+	if (own_ttl)
+		ttl = row->lease_ttl;
 	if (ttl == NULL)
-	{
-		if (row->lease_ttl == NULL)
-			return LEASE_NOT_HELD;	/* every grant records its TTL */
-		newrow->lease_expires_at = lease_expiry_checked(name, now,
-														row->lease_ttl, true);
-		newrow->lease_ttl = row->lease_ttl;
-		return LEASE_WRITE;
-	}
-	newrow->lease_expires_at = lease_expiry_checked(name, now, ttl, false);
+		return LEASE_NOT_HELD;	/* every grant records its TTL */
+	newrow->lease_expires_at = lease_expiry_checked(name, now, ttl, own_ttl);
 	newrow->lease_ttl = ttl;
 	return LEASE_WRITE;
 }
