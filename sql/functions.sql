@@ -124,6 +124,27 @@ ROLLBACK;
 BEGIN READ ONLY;
 SELECT lockfence.reset('orders');
 ROLLBACK;
+-- nor is try_fence(), which says so by its own name too (1.11)
+BEGIN READ ONLY;
+SELECT lockfence.try_fence('orders', 1);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- a repeated check of what the transaction fenced writes nothing: answered
+-- after SET transaction_read_only too, by every form; a new one is not
+BEGIN;
+SELECT lockfence.fence('read_only_later', 5);
+SET transaction_read_only = on;
+SELECT lockfence.fence('read_only_later', 5),
+       lockfence.try_fence('read_only_later', 5),
+       lockfence.try_fence(ARRAY['read_only_later'], 5);
+SELECT lockfence.try_fence('read_only_later', 6);
+ROLLBACK;
+BEGIN;
+SELECT lockfence.fence('read_only_later', 5);
+SET transaction_read_only = on;
+SELECT lockfence.try_fence(ARRAY['read_only_later', 'another'], 5);
+ROLLBACK;
+SELECT lockfence.current_token('read_only_later');
 
 -- reset is for operators
 SELECT lockfence.reset('orders');

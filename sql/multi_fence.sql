@@ -189,6 +189,9 @@ SELECT count(*) FROM lockfence.fences WHERE resource LIKE 'e_' OR resource LIKE 
 BEGIN READ ONLY;
 SELECT lockfence.fence(ARRAY['m1', 'm2'], 7);
 ROLLBACK;
+BEGIN READ ONLY;
+SELECT lockfence.try_fence(ARRAY['m1', 'm2'], 7);
+ROLLBACK;
 
 -- rows of several resources written in one transaction (a resource column)
 CREATE TABLE acct (tenant text, balance int);

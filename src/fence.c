@@ -21,6 +21,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -228,6 +229,9 @@ lockfence_try_fence(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
 	fence_args(fcinfo, &resource, &token, &holder);
+	/* what the check would refuse as a write, by this function's name */
+	if (XactReadOnly && !fence_cache_covers(resource, token, holder))
+		fence_refuse_read_only("lockfence.try_fence()");
 	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false,
 								   &outcome) == FENCE_ACCEPTED);
 }

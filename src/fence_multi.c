@@ -264,10 +264,16 @@ lockfence_try_fence_many(PG_FUNCTION_ARGS)
 	FenceMany	call;
 	FenceOutcome outcome;
 
+	int			uncovered;
+
 	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
 	fence_many_args(fcinfo, &call);
-	if (fence_many_uncovered(&call) <= 1)
+	uncovered = fence_many_uncovered(&call);
+	/* what the check would refuse as a write, by this function's name */
+	if (uncovered > 0 && XactReadOnly)
+		fence_refuse_read_only("lockfence.try_fence()");
+	if (uncovered <= 1)
 		PG_RETURN_BOOL(fence_many_check(&call, &outcome) < 0);
 	PG_RETURN_BOOL(fence_many_check_atomic(&call, &outcome) < 0);
 }

@@ -79,6 +79,7 @@ extern bool fence_holders_conflict(const char *recorded,
 								   const char *presented);
 
 /* fence_store.c: the fence table, read and written through SPI */
+extern void fence_refuse_read_only(const char *funcname);
 extern void fence_store_check(const char *resource, int64 token,
 							  const char *holder, bool must_advance,
 							  FenceOutcome *outcome);
