@@ -2171,13 +2171,15 @@ CREATE FUNCTION lockfence.floor_status(OUT recorded_system_identifier bigint,
                                        OUT system_identifier bigint,
                                        OUT timeline bigint,
                                        OUT in_recovery boolean,
-                                       OUT writes_refused boolean)
+                                       OUT writes_refused boolean,
+                                       OUT recorded_database_oid oid,
+                                       OUT database_oid oid)
 RETURNS record
 AS 'MODULE_PATHNAME', 'lockfence_floor_status'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.floor_status() IS
-    'Recorded and current server identity, global floor, and whether fenced writes are refused (LF004)';
+    'Recorded and current server identity and database, global floor, and whether fenced writes are refused (LF004)';
 
 REVOKE ALL ON FUNCTION lockfence.floor_record(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lockfence.floor_adopt() FROM PUBLIC;

@@ -17,6 +17,11 @@ SELECT recorded_system_identifier = system_identifier AS same_system,
 SELECT (SELECT system_identifier FROM pg_control_system()) =
        (SELECT system_identifier FROM lockfence.floor_identity()) AS sysid_matches;
 SELECT count(*) FROM lockfence.floor_state;
+-- (1.11) and the database it was recorded in, this one
+SELECT recorded_database_oid = database_oid AS same_database,
+       database_oid = (SELECT oid FROM pg_database
+                        WHERE datname = current_database()) AS this_database
+  FROM lockfence.floor_status();
 
 -- a floor for named resources sets no global floor
 SELECT lockfence.raise_floor(100, ARRAY['named']);

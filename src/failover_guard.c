@@ -336,14 +336,16 @@ lockfence_floor_identity(PG_FUNCTION_ARGS)
  * lockfence.floor_status() returns one row: the recorded identity (a
  * mismatching row if there is one), the global floor, this server's
  * identity, whether it is in recovery, and whether fenced writes and
- * lease operations are refused (LF004) now.
+ * lease operations are refused (LF004) now; from SQL 1.11 also the
+ * database the row was recorded in and this one (the SQL of 1.4 to 1.10
+ * declares the first eight columns only, and gets those).
  */
 Datum
 lockfence_floor_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[8];
-	bool		nulls[8] = {false, false, false, false, false, false, false, false};
+	Datum		values[10];
+	bool		nulls[10] = {0};
 	int64		sysid;
 	TimeLineID	tli;
 	bool		in_recovery;
@@ -363,6 +365,12 @@ lockfence_floor_status(PG_FUNCTION_ARGS)
 	values[5] = Int64GetDatum((int64) tli);
 	values[6] = BoolGetDatum(in_recovery);
 	values[7] = BoolGetDatum(!in_recovery && floor_state_refuses(&st));
+	values[8] = ObjectIdGetDatum(st.rec_database);
+	nulls[8] = st.nrows == 0 || !OidIsValid(st.rec_database);
+	values[9] = ObjectIdGetDatum(MyDatabaseId);
+	if (tupdesc->natts != 8 && tupdesc->natts != lengthof(values))
+		elog(ERROR, "lockfence.floor_status() declares %d columns, not 8 or %d",
+			 tupdesc->natts, (int) lengthof(values));
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values,
 											 nulls));
 }

@@ -251,6 +251,11 @@ is($standby2->safe_psql('same', "SELECT lockfence.fence('sync', 180)"),
 	'180', 'the original fences on after the copy');
 is($standby2->safe_psql('tcopy', 'SELECT writes_refused FROM lockfence.floor_status()'),
 	't', 'the template copy reports writes refused');
+is($standby2->safe_psql('tcopy',
+		'SELECT recorded_database_oid = (SELECT oid FROM pg_database WHERE datname = \'same\'),'
+		. ' database_oid = (SELECT oid FROM pg_database WHERE datname = current_database())'
+		. ' FROM lockfence.floor_status()'),
+	't|t', 'floor_status() (1.11) names the original database as the recorded one, and this one');
 ($o, $s, $err) = try_sql($standby2, "SELECT lockfence.fence('sync', 175)", 'tcopy');
 is($s, 'LF004', 'a token the original superseded is refused in the template copy');
 like($err, qr/copied from another database/, '... saying the fences were copied from another database');
@@ -269,6 +274,9 @@ is($standby2->safe_psql('tcopy',
 		"SELECT count(*) FROM lockfence.floor_state s, pg_database d"
 		. " WHERE d.datname = current_database() AND s.database_oid = d.oid"),
 	'1', 'the copy now records its own database');
+is($standby2->safe_psql('tcopy',
+		'SELECT recorded_database_oid = database_oid FROM lockfence.floor_status()'),
+	't', 'floor_status() says so');
 
 # An empty copy (a database made from a template holding the extension but
 # no fence row, as template1 with lockfence installed): nothing old came
