@@ -745,16 +745,20 @@ RETURNS event_trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET quote_all_identifiers = off
 AS $$
 DECLARE
     gone text[];
 BEGIN
     PERFORM lockfence.check_dropped_columns();
-    gone := ARRAY(SELECT o.object_identity
-                    FROM pg_catalog.pg_event_trigger_dropped_objects() AS o
+    -- (1.11) Named as the list names them: object_identity is quoted as
+    -- the dropping session's quote_all_identifiers quoted it.
+    gone := ARRAY(SELECT n.tbl
+                    FROM pg_catalog.pg_event_trigger_dropped_objects() AS o,
+                         LATERAL (SELECT pg_catalog.format('%I.%I', o.schema_name, o.object_name) AS tbl) AS n
                    WHERE o.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
                      AND o.objsubid = 0
-                     AND o.object_identity IN (SELECT p.tbl FROM lockfence.protected_tables AS p));
+                     AND n.tbl IN (SELECT p.tbl FROM lockfence.protected_tables AS p));
     IF pg_catalog.cardinality(gone) > 0 THEN
         PERFORM lockfence.sync_protected_tables(forget => gone);
     END IF;
@@ -1419,6 +1423,10 @@ CREATE FUNCTION lockfence.check()
 RETURNS TABLE (severity text, finding text, detail text, hint text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+-- (1.11) A lock held on a protected table (by its owner, by any role on
+-- a temporary table of its own) made check() wait for as long: it waits
+-- a second, and says what it could not check.
+SET lock_timeout = '1s'
 AS $$
 DECLARE
     fence_fn oid := 'lockfence.fence_trigger()'::pg_catalog.regprocedure;
@@ -1652,7 +1660,11 @@ BEGIN
         ELSE
             BEGIN
                 PERFORM lockfence.check_trigger(r.oid);
-            EXCEPTION WHEN OTHERS THEN
+            EXCEPTION WHEN lock_not_available THEN
+                RETURN QUERY SELECT 'warning', 'trigger_not_checked',
+                    pg_catalog.format('Trigger %I on %s was not checked: another transaction holds a lock on the table that kept check() from reading it for a second.', r.tgname, r.rel),
+                    pg_catalog.format('Run lockfence.check() again once the lock is released (SELECT pid FROM pg_locks WHERE relation = %L::regclass AND granted).', r.rel::text);
+            WHEN OTHERS THEN
                 RETURN QUERY SELECT 'error', 'trigger_invalid',
                     pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
                     pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);

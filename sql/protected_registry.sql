@@ -197,6 +197,13 @@ SELECT lockfence.unprotect('regress_evil.t');
 RESET quote_all_identifiers;
 RESET ROLE;
 SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%evil%' ORDER BY 1;
+-- nor does it keep a dropped table listed (1.11; it stayed, and check()
+-- reported it dropped while the event triggers were disabled)
+SELECT lockfence.protect('regress_evil.t', resource => 'evil');
+SET quote_all_identifiers = on;
+DROP TABLE regress_evil.t;
+RESET quote_all_identifiers;
+SELECT tbl FROM lockfence.protected_tables WHERE tbl LIKE '%evil%' ORDER BY 1;
 DROP SCHEMA regress_evil CASCADE;
 DROP ROLE regress_reg_evil;
 

@@ -62,6 +62,24 @@ SELECT lockfence.protect('parts', resource => 'parts', token_column => 'token');
 });
 is(findings(), '', 'protected tables, all in order: no rows');
 
+# (1.11) A lock held on a protected table (any role may protect and lock
+# a table of its own) kept check() waiting as long as it was held.  It
+# waits a second now, and reports the trigger it could not check; once
+# the lock is gone, nothing.
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN');
+$locker->query_safe('LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE');
+my $started = time;
+is(findings(), "warning trigger_not_checked\nwarning trigger_not_checked",
+	'a protected table locked by another transaction: a warning for each of its triggers (row, TRUNCATE), not a wait');
+cmp_ok(time - $started, '<', 30, '... returned while the lock is still held');
+like(detail_of('trigger_not_checked'),
+	qr/zz_lockfence_fence on public\.jobs was not checked.*pg_locks/,
+	'... naming the trigger, the table and where to look');
+$locker->query_safe('COMMIT');
+$locker->quit;
+is(findings(), '', 'the lock released: no rows');
+
 # Disabled, replica-only and always triggers.
 $node->safe_psql('postgres', 'ALTER TABLE jobs DISABLE TRIGGER zz_lockfence_fence');
 is(findings(), 'error trigger_disabled', 'a disabled trigger is an error');
