@@ -60,6 +60,7 @@
 #include "fence_lock.h"
 #include "fence_owner.h"
 #include "fence_fastpath.h"
+#include "lease.h"
 #include "lockfence.h"
 
 /* The statements, and their saved plans (prepared on first use). */
@@ -468,6 +469,9 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 		}
 		if (fence_write(action, resource, token, holder, &in_spi, &state))
 		{
+			/* an advance over a lease ends it: its waiters look again */
+			if (found && row.leased)
+				lease_wait_announce_at_commit(resource);
 			outcome->verdict = FENCE_ACCEPTED;
 			outcome->highest = token;
 			outcome->highest_holder = (char *) holder;

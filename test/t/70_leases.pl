@@ -2,7 +2,8 @@
 # Leases with several sessions, lockfence preloaded (condition variables):
 #
 # - a release wakes a waiter at once (the lease's TTL is a minute), and so
-#   does a raise_floor() that ends the lease;
+#   does a raise_floor() that ends the lease, and (1.11) a fence() with a
+#   higher token, which takes it over;
 # - pg_cancel_backend and statement_timeout stop a wait at once;
 # - a paused client (SIGSTOP of its psql) whose lease expires: the successor
 #   gets a higher token, the old holder's later writes are rejected, and in
@@ -99,31 +100,38 @@ ok($handon_ms < 500,
 # the waiter's wait for a CPU: granted_late_ms), which a waiter not woken
 # by it meets in about 3 of 10 tries, all 3 about once in 40 runs.
 
-for my $try (1 .. 3)
+# (library of 1.11) So must a fence() with a higher token, which takes the
+# lease over and ends it: before, its waiters were granted at their next
+# look, up to a second later (rev14).
+for my $case ((map { ['floor', $_] } 1 .. 3), (map { ['takeover', $_] } 1 .. 3))
 {
-	my $name = "fwake$try";
+	my ($how, $try) = @$case;
+	my $name = "${how}wake$try";
 	my $floor = 1000 * $try;
+	my $ends = $how eq 'floor'
+	  ? "lockfence.raise_floor($floor, ARRAY['$name'])"
+	  : "lockfence.fence('$name', $floor)";
 	my $fholder = S();
 	is($fholder->query_safe(
 		"SELECT token FROM lockfence.lease_acquire('$name', '1 min', 'h')"),
-		'1', "floor $try: first grant, token 1");
+		'1', "$how $try: first grant, token 1");
 	my $fwaiter = S();
 	LockfenceTest::EtcdCluster::send_query($fwaiter,
 		"SELECT token, extract(epoch FROM clock_timestamp()) FROM lockfence.lease_acquire('$name', '1 min', 'w');");
 	ok(LockfenceTest::EtcdCluster::poll_until(30, sub { lease_waiting($fwaiter->{pid}) }),
-		"floor $try: the waiter waits");
+		"$how $try: the waiter waits");
 	my $frd = LockfenceTest::EtcdCluster::run_delay($fwaiter->{pid});
 	my $floor_xid = $fholder->query_safe(
-		"SELECT pg_current_xact_id() FROM lockfence.raise_floor($floor, ARRAY['$name'])");
+		"SELECT pg_current_xact_id() FROM $ends");
 	my ($fout) = LockfenceTest::EtcdCluster::wait_result($fwaiter, 50);
 	my ($ft, $fgranted_at) = split /\|/, $fout;
-	is($ft, $floor + 1, "floor $try: the waiter is granted the token after the floor");
+	is($ft, $floor + 1, "$how $try: the waiter is granted the token after it");
 	my ($fhandon_ms, $fcpu_ms) = defined $fgranted_at
 	  ? granted_late_ms($floor_xid, $fgranted_at, $fwaiter->{pid}, $frd)
 	  : (999_999, 0);
 	ok($fhandon_ms < 300,
-		sprintf('floor %d: the waiter is woken by the floor (granted %.1f ms after its commit, and %.1f ms waiting for a CPU)',
-			$try, $fhandon_ms, $fcpu_ms));
+		sprintf('%s %d: the waiter is woken by it (granted %.1f ms after its commit, and %.1f ms waiting for a CPU)',
+			$how, $try, $fhandon_ms, $fcpu_ms));
 	$fholder->quit;
 	$fwaiter->quit;
 }
