@@ -69,6 +69,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(u[len - 1] != '/');
 			for (p = u; *p; p++)
 				FUZZ_CHECK((unsigned char) *p > ' ' && *p != 0x7f);
+			/* a host, and (1.11) no user name or password before it */
+			p = strstr(u, "://") + 3;
+			FUZZ_CHECK(*p != '\0' && *p != '/');
+			FUZZ_CHECK(memchr(p, '@', strcspn(p, "/?#")) == NULL);
 		}
 		assign_endpoints(val, extra);
 		FUZZ_CHECK(etcd_endpoint_count() == list->count);

@@ -15,6 +15,15 @@ SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379,https://';
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 -- the setting in force is still the last good one
 SHOW lockfence.etcd_endpoints;
+-- (1.11) no user name or password in a URL: every role can read the
+-- setting, and the errors that name an endpoint
+SET lockfence.etcd_endpoints = 'http://etcduser:s3cret@127.0.0.1:2379';
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379, https://u@etcd-2:2379/v3';
+SHOW lockfence.etcd_endpoints;
+-- an @ after the host is no user name
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379/a@b';
+SHOW lockfence.etcd_endpoints;
+SET lockfence.etcd_endpoints = 'http://127.0.0.1:2379, https://etcd-2:2379/';
 
 -- a key that is not a lock key is refused before any request, and a long
 -- one is named by its start (1.10: it was repeated whole, up to 1.5 MB)

@@ -90,7 +90,8 @@ static void assign_credentials(const char *newval, void *extra);
 
 /*
  * Check one endpoint of lockfence.etcd_endpoints (surrounding spaces
- * removed): an http:// or https:// URL without whitespace inside.
+ * removed): an http:// or https:// URL without whitespace inside, naming
+ * a host, without credentials.
  */
 static bool
 check_endpoint(const char *ep)
@@ -116,6 +117,19 @@ check_endpoint(const char *ep)
 	if (*p == '\0' || *p == '/')
 	{
 		GUC_check_errdetail("Endpoint \"%s\" names no host.", ep);
+		return false;
+	}
+
+	/*
+	 * No user name or password in the URL: every role may read the setting
+	 * and the errors that name an endpoint.  (The detail does not repeat
+	 * the endpoint; PostgreSQL's message gives the value to the role that
+	 * set it, and to the server log.)
+	 */
+	if (memchr(p, '@', strcspn(p, "/?#")) != NULL)
+	{
+		GUC_check_errdetail("An etcd endpoint must not carry a user name or password (user:password@host): every role can read lockfence.etcd_endpoints.");
+		GUC_check_errhint("Set lockfence.etcd_user, and the password in lockfence.etcd_password_file or lockfence.etcd_password.");
 		return false;
 	}
 	return true;
