@@ -598,3 +598,228 @@ BEGIN
     END IF;
 END
 $$;
+
+-- (1.11) ALTER TYPE ... RENAME VALUE of an enum that protected tables'
+-- columns hold changes their rows without firing row triggers: every
+-- resource of those rows must be fenced in the transaction.
+-- (1.11) The table columns whose values are of type typ, or hold it: as an
+-- array, a domain, a range or a composite type over it, at any depth.
+CREATE FUNCTION lockfence.type_columns(typ oid, OUT rel regclass,
+                                       OUT attnum smallint)
+RETURNS SETOF record
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH RECURSIVE types(t) AS (
+    SELECT typ
+    UNION
+    SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+                THEN d.objid ELSE k.reltype END
+      FROM types
+      JOIN pg_catalog.pg_depend AS d
+        ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) types.t
+      LEFT JOIN pg_catalog.pg_class AS k
+        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND k.oid OPERATOR(pg_catalog.=) d.objid
+       AND k.relkind OPERATOR(pg_catalog.=) 'c'
+     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+        OR k.oid IS NOT NULL
+)
+SELECT DISTINCT r.oid::pg_catalog.regclass, d.objsubid::smallint
+  FROM types
+  JOIN pg_catalog.pg_depend AS d
+    ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+   AND d.refobjid OPERATOR(pg_catalog.=) types.t
+   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+   AND d.objsubid OPERATOR(pg_catalog.>) 0
+  JOIN pg_catalog.pg_class AS r
+    ON r.oid OPERATOR(pg_catalog.=) d.objid
+   AND r.relkind IN ('r', 'p', 'f')
+$$;
+
+COMMENT ON FUNCTION lockfence.type_columns(oid) IS
+    'The table columns whose values hold a type, at any depth';
+
+CREATE OR REPLACE FUNCTION lockfence.check_alter_table()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    a record;
+    r record;
+    col name;
+BEGIN
+    FOR a IN
+        SELECT DISTINCT c.objid AS parent, s.action, s.relid, s.attnum,
+                        s.partition_schema, s.partition_name
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c,
+               LATERAL lockfence.alter_table_actions(c.command) AS s
+         WHERE c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE')
+         ORDER BY s.relid, s.action, s.partition_name
+    LOOP
+        IF a.action = 'detach partition' THEN
+            PERFORM lockfence.cover_detached(a.parent::regclass, p)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, false) AS p;
+        ELSIF a.action = 'attach partition' THEN
+            PERFORM lockfence.check_rows_fenced(p, 'ATTACH PARTITION', 0::smallint, true)
+               FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
+                                               a.partition_name, true) AS p;
+        ELSIF a.action = 'rename enum value' THEN
+            -- (1.11) ALTER TYPE ... RENAME VALUE: the rows holding the value
+            -- now read the new label, a write of every protected table
+            -- with a column of the enum (a.parent), whose resources must
+            -- be fenced in this transaction
+            PERFORM lockfence.check_rows_fenced(u.rel, 'ALTER TYPE ... RENAME VALUE', u.attnum, false)
+               FROM lockfence.type_columns(a.parent) AS u;
+        ELSE
+            -- (1.10) a column added: not under a name a trigger names
+            -- (a dropped one: check_dropped_columns())
+            IF a.action IN ('add column', 'add column with default') THEN
+                PERFORM lockfence.check_trigger_columns(f,
+                    (SELECT att.attname::text FROM pg_catalog.pg_attribute AS att
+                      WHERE att.attrelid OPERATOR(pg_catalog.=) a.relid
+                        AND att.attnum OPERATOR(pg_catalog.=) a.attnum),
+                    false)
+                   FROM lockfence.column_family(a.relid) AS f;
+            END IF;
+            -- a default, an identity or a new type: is the trigger still valid?
+            PERFORM lockfence.check_trigger(t.oid)
+               FROM pg_catalog.pg_trigger AS t
+              WHERE t.tgrelid = a.relid
+                AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                AND a.action OPERATOR(pg_catalog.<>) 'add column';
+            IF a.action = 'alter type using' THEN
+                PERFORM lockfence.check_rows_fenced(a.relid::regclass,
+                                                    'ALTER COLUMN ... TYPE ... USING',
+                                                    a.attnum, false);
+            ELSIF a.action = 'alter type' THEN
+                -- without USING the rows are rewritten through a cast, which
+                -- can change what it converts (to name truncates at 63
+                -- bytes, to varchar(n) drops trailing blanks): on the
+                -- resource column that renames the rows' resources,
+                -- unfenced.  To text or varchar without a length, every
+                -- type a resource column may have (fence_trigger_config.c)
+                -- converts as its text form, which names the resource.
+                SELECT att.attname INTO col
+                  FROM pg_catalog.pg_trigger AS t, pg_catalog.pg_attribute AS att
+                 WHERE t.tgrelid = a.relid
+                   AND t.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+                   AND att.attrelid = a.relid AND att.attnum = a.attnum
+                   AND 'resource_column=' || att.attname
+                       = ANY (lockfence.trigger_arguments(t.tgargs))
+                   AND NOT (att.atttypid IN ('pg_catalog.text'::pg_catalog.regtype,
+                                             'pg_catalog.varchar'::pg_catalog.regtype)
+                            AND att.atttypmod = -1)
+                 LIMIT 1;
+                IF col IS NOT NULL THEN
+                    RAISE EXCEPTION 'cannot run ALTER COLUMN ... TYPE on column "%" of protected table "%"',
+                                    col, a.relid::regclass
+                        USING ERRCODE = 'feature_not_supported',
+                              DETAIL = 'It names the resource of each row, and the cast that rewrites the rows to this type can change the names without a fence.',
+                              HINT = 'Change it to text or to varchar without a length, which keep every name, or add a new column and fill it with UPDATE, which is fenced row by row.';
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- (1.10) A column renamed (ALTER TABLE ... RENAME COLUMN, ALTER TYPE
+    -- ... RENAME ATTRIBUTE ... CASCADE, the only commands reported with a
+    -- column; ALTER VIEW and ALTER MATERIALIZED VIEW rename a table's
+    -- column too): the tables whose column it renamed (column_family) must
+    -- keep the columns their lockfence triggers name.
+    FOR r IN
+        SELECT DISTINCT c.objid, att.attname::text AS named
+          FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+          JOIN pg_catalog.pg_attribute AS att
+            ON att.attrelid OPERATOR(pg_catalog.=) c.objid
+           AND att.attnum OPERATOR(pg_catalog.=) c.objsubid
+         WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.objsubid OPERATOR(pg_catalog.>) 0
+           AND c.command_tag IN ('ALTER TABLE', 'ALTER FOREIGN TABLE', 'ALTER TYPE',
+                                 'ALTER VIEW', 'ALTER MATERIALIZED VIEW')
+    LOOP
+        PERFORM lockfence.check_trigger_columns(f, r.named, true)
+           FROM lockfence.column_family(r.objid) AS f;
+    END LOOP;
+END
+$$;
+
+-- (1.11) The hint names the command that needs the fences (not ALTER TABLE
+-- for ALTER TYPE ... RENAME VALUE).
+CREATE OR REPLACE FUNCTION lockfence.check_rows_fenced(rel regclass, action text,
+                                            attnum smallint,
+                                            only_clones boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
+AS $$
+DECLARE
+    t record;
+    args text[];
+    res text;
+    col text;
+    prefix text;
+    missing text;
+    n bigint;
+BEGIN
+    FOR t IN
+        SELECT tg.tgname, tg.tgargs
+          FROM pg_catalog.pg_trigger tg
+         WHERE tg.tgrelid = rel
+           AND tg.tgfoid = 'lockfence.fence_trigger()'::pg_catalog.regprocedure
+           AND tg.tgtype::int & 1 = 1
+           AND (NOT only_clones
+                OR (tg.tgparentid <> 0
+                    AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger x
+                                     WHERE x.tgrelid = rel AND x.tgparentid = 0
+                                       AND x.tgfoid = tg.tgfoid AND x.tgtype = tg.tgtype
+                                       AND x.tgargs = tg.tgargs AND x.tgqual IS NULL
+                                       AND x.tgenabled IN ('O', 'A'))))
+         ORDER BY tg.tgname
+    LOOP
+        missing := NULL;
+        args := lockfence.trigger_arguments(t.tgargs);
+        SELECT substr(a, 10) INTO res FROM unnest(args) a WHERE a LIKE 'resource=%';
+        SELECT substr(a, 17) INTO col FROM unnest(args) a WHERE a LIKE 'resource\_column=%';
+        SELECT substr(a, 17) INTO prefix FROM unnest(args) a WHERE a LIKE 'resource\_prefix=%';
+        IF res IS NOT NULL THEN
+            EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT 1) AS s', rel) INTO n;
+            IF n > 0 AND lockfence.fenced_token(res) IS NULL THEN
+                missing := res;
+            END IF;
+        ELSIF col IS NOT NULL THEN
+            IF attnum <> 0 AND col = (SELECT a.attname FROM pg_catalog.pg_attribute a
+                                       WHERE a.attrelid = rel
+                                         AND a.attnum = check_rows_fenced.attnum) THEN
+                RAISE EXCEPTION 'cannot run % on column "%" of protected table "%"', action, col, rel
+                    USING ERRCODE = 'feature_not_supported',
+                          DETAIL = 'It names the resource of each row, and the rows'' former resources could not be fenced.',
+                          HINT = 'Add a new column and fill it with UPDATE, which is fenced row by row.';
+            END IF;
+            -- byte for byte, as fences are: DISTINCT under the column's
+            -- collation (a case-insensitive one) would check one spelling
+            -- of a resource for all (1.10)
+            EXECUTE format('SELECT s.r FROM (SELECT DISTINCT (%L || %I::text) COLLATE pg_catalog."C" AS r FROM %s) AS s'
+                           ' WHERE s.r IS NULL OR lockfence.fenced_token(s.r) IS NULL LIMIT 1',
+                           coalesce(prefix, ''), col, rel)
+                INTO missing;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                missing := coalesce(missing, '(null)');
+            END IF;
+        END IF;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot run % on protected table "%" without a fencing token', action, rel
+                USING ERRCODE = 'LF002',
+                      DETAIL = format('%s writes rows without firing trigger "%s", and resource "%s" was not fenced in this transaction.',
+                                      action, t.tgname, missing),
+                      HINT = format('Call lockfence.fence() for every resource of the rows, in the same transaction, before %s.', action);
+        END IF;
+    END LOOP;
+END
+$$;

@@ -427,7 +427,7 @@ BEGIN
                 USING ERRCODE = 'LF002',
                       DETAIL = format('%s writes rows without firing trigger "%s", and resource "%s" was not fenced in this transaction.',
                                       action, t.tgname, missing),
-                      HINT = 'Call lockfence.fence() for every resource of the rows, in the same transaction, before the ALTER TABLE.';
+                      HINT = format('Call lockfence.fence() for every resource of the rows, in the same transaction, before %s.', action);
         END IF;
     END LOOP;
 END
@@ -535,6 +535,45 @@ $$;
 COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text, boolean) IS
     'Refuse a change of the columns a lockfence trigger names';
 
+-- (1.11) The table columns whose values are of type typ, or hold it: as an
+-- array, a domain, a range or a composite type over it, at any depth.
+CREATE FUNCTION lockfence.type_columns(typ oid, OUT rel regclass,
+                                       OUT attnum smallint)
+RETURNS SETOF record
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH RECURSIVE types(t) AS (
+    SELECT typ
+    UNION
+    SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+                THEN d.objid ELSE k.reltype END
+      FROM types
+      JOIN pg_catalog.pg_depend AS d
+        ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) types.t
+      LEFT JOIN pg_catalog.pg_class AS k
+        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND k.oid OPERATOR(pg_catalog.=) d.objid
+       AND k.relkind OPERATOR(pg_catalog.=) 'c'
+     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+        OR k.oid IS NOT NULL
+)
+SELECT DISTINCT r.oid::pg_catalog.regclass, d.objsubid::smallint
+  FROM types
+  JOIN pg_catalog.pg_depend AS d
+    ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+   AND d.refobjid OPERATOR(pg_catalog.=) types.t
+   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+   AND d.objsubid OPERATOR(pg_catalog.>) 0
+  JOIN pg_catalog.pg_class AS r
+    ON r.oid OPERATOR(pg_catalog.=) d.objid
+   AND r.relkind IN ('r', 'p', 'f')
+$$;
+
+COMMENT ON FUNCTION lockfence.type_columns(oid) IS
+    'The table columns whose values hold a type, at any depth';
+
 -- ALTER TABLE subcommands that would let rows be written unfenced: refused,
 -- or covered (DETACH).  Called by check_new_triggers().
 CREATE FUNCTION lockfence.check_alter_table()
@@ -564,6 +603,13 @@ BEGIN
             PERFORM lockfence.check_rows_fenced(p, 'ATTACH PARTITION', 0::smallint, true)
                FROM lockfence.named_partitions(a.parent::regclass, a.partition_schema,
                                                a.partition_name, true) AS p;
+        ELSIF a.action = 'rename enum value' THEN
+            -- (1.11) ALTER TYPE ... RENAME VALUE: the rows holding the value
+            -- now read the new label, a write of every protected table
+            -- with a column of the enum (a.parent), whose resources must
+            -- be fenced in this transaction
+            PERFORM lockfence.check_rows_fenced(u.rel, 'ALTER TYPE ... RENAME VALUE', u.attnum, false)
+               FROM lockfence.type_columns(a.parent) AS u;
         ELSE
             -- (1.10) a column added: not under a name a trigger names
             -- (a dropped one: check_dropped_columns())

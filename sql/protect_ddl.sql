@@ -495,6 +495,45 @@ TRUNCATE upp1;
 \echo :LAST_ERROR_SQLSTATE
 SELECT lockfence.unprotect('upp');
 DROP TABLE upp;
+-- (1.11) ALTER TYPE ... RENAME VALUE changes every row holding the value,
+-- without firing row triggers: the resources of the protected tables with
+-- a column of the enum (also in an array, a domain or a composite type)
+-- must be fenced in the transaction; ADD VALUE changes no row
+CREATE TYPE ev_state AS ENUM ('open', 'paid');
+CREATE DOMAIN ev_dom AS ev_state;
+CREATE TYPE ev_pair AS (a int, s ev_state[]);
+CREATE TABLE ev1 (tenant text, tok bigint, st ev_state);
+CREATE TABLE ev2 (tenant text, tok bigint, p ev_pair);
+CREATE TABLE ev3 (tenant text, tok bigint, d ev_dom);
+CREATE TABLE ev_free (st ev_state);
+SELECT lockfence.protect('ev1', resource_column => 'tenant', token_column => 'tok'),
+       lockfence.protect('ev2', resource_column => 'tenant', token_column => 'tok'),
+       lockfence.protect('ev3', resource_column => 'tenant', token_column => 'tok');
+SELECT rel, attnum FROM lockfence.type_columns('ev_state'::regtype) ORDER BY 1::text;
+INSERT INTO ev1 VALUES ('ev_a', lockfence.fence('ev_a', 5), 'paid');
+INSERT INTO ev2 VALUES ('ev_b', lockfence.fence('ev_b', 5), ROW(1, ARRAY['paid']::ev_state[]));
+INSERT INTO ev3 VALUES ('ev_c', lockfence.fence('ev_c', 5), 'paid');
+INSERT INTO ev_free VALUES ('paid');
+ALTER TYPE ev_state RENAME VALUE 'paid' TO 'refunded';
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT lockfence.fence('ev_a', 5), lockfence.fence('ev_b', 5);
+ALTER TYPE ev_state RENAME VALUE 'paid' TO 'refunded';
+ROLLBACK;
+BEGIN;
+SELECT lockfence.fence(ARRAY['ev_a', 'ev_b', 'ev_c'], 5);
+ALTER TYPE ev_state RENAME VALUE 'paid' TO 'refunded';
+COMMIT;
+SELECT st FROM ev1 UNION ALL SELECT (p).s[1] FROM ev2 UNION ALL SELECT d FROM ev3;
+ALTER TYPE ev_state ADD VALUE 'void';
+-- an enum no protected table holds is renamed freely
+CREATE TYPE ev_other AS ENUM ('x');
+ALTER TYPE ev_other RENAME VALUE 'x' TO 'y';
+SELECT lockfence.unprotect('ev1'), lockfence.unprotect('ev2'), lockfence.unprotect('ev3');
+DROP TABLE ev1, ev2, ev3, ev_free;
+DROP TYPE ev_pair;
+DROP DOMAIN ev_dom;
+DROP TYPE ev_state, ev_other;
 -- unprotected, the columns change
 SELECT lockfence.unprotect('rl');
 ALTER TABLE rl RENAME COLUMN tenant TO tenant_old;

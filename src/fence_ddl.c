@@ -10,10 +10,11 @@
  * triggers), ALTER COLUMN ... TYPE ... USING (rewrites every row), SET
  * DEFAULT and ADD ... IDENTITY (the database, not the writer, then supplies
  * values), and ADD COLUMN (a trigger finds its columns by name: another
- * column under the name would take their place).  Which
- * subcommands ran is visible only in C, through the pg_ddl_command values
- * of pg_event_trigger_ddl_commands(); the policy for each is in
- * lockfence.check_new_triggers().
+ * column under the name would take their place).  So does (1.11) ALTER
+ * TYPE ... RENAME VALUE of an enum: every row holding the value reads the
+ * new label.  Which subcommands ran is visible only in C, through the
+ * pg_ddl_command values of pg_event_trigger_ddl_commands(); the policy
+ * for each is in lockfence.check_new_triggers().
  *
  * Those checks, written in SQL, read the catalogs and the rows as of the
  * statement's snapshot.  Under REPEATABLE READ or SERIALIZABLE that is the
@@ -102,8 +103,11 @@ fence_ddl_action(AlterTableCmd *cmd)
  * when the ALTER recursed.  ATTACH and DETACH do not report the partition
  * they acted on (PostgreSQL 15 leaves its address unset), so for them the
  * table is 0 and the partition is given as it was named in the statement,
- * schema (NULL when not given) and name, for the caller to find.  No rows
- * for other commands.
+ * schema (NULL when not given) and name, for the caller to find.  And
+ * (1.11) one row, "rename enum value", for ALTER TYPE ... RENAME VALUE,
+ * which changes the rows of every column of the enum's type without
+ * firing row triggers (the caller finds them from the type).  No rows for
+ * other commands.
  */
 Datum
 lockfence_alter_table_actions(PG_FUNCTION_ARGS)
@@ -113,6 +117,20 @@ lockfence_alter_table_actions(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
+	if (cmd != NULL && cmd->type == SCT_Simple && cmd->parsetree != NULL &&
+		IsA(cmd->parsetree, AlterEnumStmt) &&
+		((AlterEnumStmt *) cmd->parsetree)->oldVal != NULL)
+	{
+		/* (1.11) every row holding the value reads the new label */
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, true, true};
+
+		values[0] = CStringGetTextDatum("rename enum value");
+		values[1] = ObjectIdGetDatum(InvalidOid);
+		values[2] = Int16GetDatum(0);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		return (Datum) 0;
+	}
 	if (cmd == NULL || cmd->type != SCT_AlterTable)
 		return (Datum) 0;
 
