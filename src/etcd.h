@@ -164,6 +164,8 @@ typedef struct EtcdReply
 	char	   *error_text;		/* etcd's error message, else NULL */
 	Jsonb	   *json;			/* parsed reply body */
 	const char *endpoint;		/* endpoint that answered */
+	bool		retried;		/* an earlier attempt failed: it may have
+								 * been applied, its answer lost */
 } EtcdReply;
 
 /*
@@ -270,7 +272,8 @@ extern EtcdHttpReq *etcd_lease_keepalive_start(int64 lease, long interval_ms);
 extern int64 etcd_lease_keepalive_finish(EtcdHttpReq *req);
 extern long etcd_cleanup_budget_ms(void);
 extern bool etcd_lease_delete_key(int64 lease, const char *key,
-								  long timeout_ms, bool quiet, bool *deleted);
+								  long timeout_ms, bool quiet, bool *deleted,
+								  bool *retried);
 
 /* etcd_session.c: session leases and the locks held on them */
 extern int64 etcd_session_lease(int ttl, int *granted_ttl, bool *fresh);

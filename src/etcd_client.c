@@ -1185,6 +1185,7 @@ etcd_call_as(const char *what, const char *path, const char *body,
 								  reply))
 			{
 				case CALL_SUCCEEDED:
+					reply->retried = retry.failures > 0;
 					return true;
 				case CALL_FAILED:
 					return false;

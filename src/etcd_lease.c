@@ -41,12 +41,14 @@ etcd_cleanup_budget_ms(void)
  * Delete key if it is still attached to lease (one transaction comparing
  * the key's lease).  Returns true when the request succeeded, with
  * *deleted telling whether the key was there; a key that is gone or on
- * another lease is left alone.  Quiet calls never raise errors and return
- * false on any failure; other calls raise errors.
+ * another lease is left alone.  *retried (unless NULL) tells whether an
+ * earlier attempt went unanswered: a key not found may have been deleted
+ * by it.  Quiet calls never raise errors and return false on any failure;
+ * other calls raise errors.
  */
 bool
 etcd_lease_delete_key(int64 lease, const char *key, long timeout_ms,
-					  bool quiet, bool *deleted)
+					  bool quiet, bool *deleted, bool *retried)
 {
 	char	   *key64 = etcd_b64_encode(key, strlen(key));
 	char	   *body;
@@ -72,6 +74,8 @@ etcd_lease_delete_key(int64 lease, const char *key, long timeout_ms,
 	succ = getKeyJsonValueFromContainer(&reply.json->root, "succeeded", 9,
 										NULL);
 	*deleted = succ != NULL && succ->type == jbvBool && succ->val.boolean;
+	if (retried != NULL)
+		*retried = reply.retried;
 	return true;
 }
 

@@ -420,7 +420,7 @@ remove_queued_key(int64 lease, const char *key, bool fresh)
 
 	if (!fresh)
 		(void) etcd_lease_delete_key(lease, key, etcd_request_timeout_ms,
-									 false, &deleted);
+									 false, &deleted, NULL);
 	else
 		(void) etcd_session_revoke(lease, etcd_request_timeout_ms, false);
 }
@@ -655,6 +655,13 @@ report_not_lock_key(const char *key, const char *detail)
 }
 
 /*
+ * The detail of a key gone when a retry of its deletion looked: the
+ * first attempt may have deleted it.
+ */
+#define UNLOCK_GONE_RETRIED \
+	"The key was gone when the request was sent again: an earlier attempt, whose answer did not arrive, may have deleted it, or the lock was lost before."
+
+/*
  * The NOTICE and result for a lock key that no longer exists.
  */
 static bool
@@ -702,12 +709,16 @@ revoke_released_lease(const char *key, int64 lease)
 	lockfence_run_with_cleanup(revoke_lease, revoke_lease_after_error, &lease);
 }
 
-/* unlock_own_key's request: the key, its lease, and whether it was there */
+/*
+ * unlock_own_key's request: the key, its lease, whether it was there, and
+ * whether an earlier attempt went unanswered
+ */
 typedef struct OwnKeyDelete
 {
 	const char *key;
 	int64		lease;
 	bool		deleted;
+	bool		retried;
 } OwnKeyDelete;
 
 static void
@@ -716,7 +727,7 @@ delete_own_key(void *arg)
 	OwnKeyDelete *d = (OwnKeyDelete *) arg;
 
 	(void) etcd_lease_delete_key(d->lease, d->key, etcd_request_timeout_ms,
-								 false, &d->deleted);
+								 false, &d->deleted, &d->retried);
 }
 
 /* after an error: delete the key quietly, keeping the session lease */
@@ -736,14 +747,19 @@ delete_own_key_after_error(void *arg)
 static bool
 unlock_own_key(const char *key, int64 lease)
 {
-	OwnKeyDelete d = {key, lease, false};
+	OwnKeyDelete d = {key, lease, false, false};
 
 	lockfence_run_with_cleanup(delete_own_key, delete_own_key_after_error, &d);
 	if (!d.deleted)
 	{
-		/* a lock this transaction fenced with still fails its commit */
+		/*
+		 * A lock this transaction fenced with still fails its commit, also
+		 * when an earlier attempt may have deleted the key: which one did
+		 * cannot be known.
+		 */
 		etcd_session_lock_found_gone(key);
-		return unlock_gone(key, "The lock was lost when its lease expired.");
+		return unlock_gone(key, d.retried ? UNLOCK_GONE_RETRIED :
+						   "The lock was lost when its lease expired.");
 	}
 	etcd_session_lock_released(key);
 	return true;
@@ -791,7 +807,7 @@ unlock_lock_key(const char *key, int64 lease)
 	if (!succeeded)
 	{
 		if (etcd_json_array_length(r, "kvs") == 0)
-			return unlock_gone(key,
+			return unlock_gone(key, reply.retried ? UNLOCK_GONE_RETRIED :
 							   "The lock was already released, or lost when its lease expired.");
 		(void) etcd_json_int64(etcd_json_array_object(r, "kvs", 0), "lease",
 							   &kv_lease);
@@ -834,7 +850,7 @@ unlock_forced(const char *key)
 	revoke_released_lease(key, kv_lease);
 
 	if (deleted == 0)
-		return unlock_gone(key,
+		return unlock_gone(key, reply.retried ? UNLOCK_GONE_RETRIED :
 						   "The lock was already released, or lost when its lease expired.");
 	return true;
 }

@@ -505,7 +505,7 @@ delete_left_keys(int64 lease)
 		char	   *key = l->left_keys[l->n_left_keys - 1];
 
 		if (!etcd_lease_delete_key(lease, key, etcd_request_timeout_ms, true,
-								   &deleted))
+								   &deleted, NULL))
 			return false;
 		l = find_lease(lease);	/* (the array is ours alone; to be sure) */
 		pfree(key);
@@ -819,7 +819,7 @@ etcd_session_release_quietly(int64 lease, const char *key, long budget_ms,
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), budget_ms);
 	if (key != NULL && (keep_lease || etcd_session_lease_shared(lease, key)))
 	{
-		if (etcd_lease_delete_key(lease, key, budget_ms, true, &deleted))
+		if (etcd_lease_delete_key(lease, key, budget_ms, true, &deleted, NULL))
 		{
 			/* gone already: lost, if the transaction fenced with it */
 			if (deleted)

@@ -56,6 +56,8 @@ Modes:
                      relayed to etcd as usual.
     reset            read the request, then reset the connection (RST, no
                      reply), as a member that is killed mid-request does
+    applied_hang     forward the request (etcd applies it), then send
+                     nothing, as "hang": an answer lost on the way back
     lines            200, chunked: each string of "lines" as one chunk
                      (a watch stream's messages), then keep the stream open
                      for "seconds" (default 600) unless "close" is true
@@ -347,7 +349,12 @@ class Handler(BaseHTTPRequestHandler):
                     time.sleep(1)
             except OSError:
                 pass
-        elif mode == "hang":
+        elif mode in ("hang", "applied_hang"):
+            if mode == "applied_hang":
+                try:
+                    self.upstream(body)
+                except OSError:
+                    pass
             self.close_connection = True
             end = time.time() + float(rule.get("seconds", 600))
             try:

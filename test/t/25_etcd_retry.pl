@@ -222,6 +222,43 @@ for my $which ('own', 'foreign')
 }
 $s->query_safe('RESET lockfence.etcd_endpoints');
 
+# 2b. (1.11) An unlock whose first request etcd applied but whose answer
+# was lost (never sent; the attempt times out after its share of the
+# request timeout, 1 s): the retry finds the key gone.  The
+# NOTICE says it may have been the first attempt, not that the lease
+# expired (the lease is alive), and the key is gone.  For each kind of key.
+for my $which ('own', 'foreign')
+{
+	my $name = 'lostreply' . ++$n;
+	my ($key, $lease);
+	if ($which eq 'own')
+	{
+		($key, $lease) = split / /, $s->query_safe(
+			"SELECT key || ' ' || lease FROM lockfence.etcd_lock('$name', 10, '5s')");
+		$lease = sprintf('%x', $lease);
+	}
+	else
+	{
+		($lease) = $etcd->etcdctl('lease', 'grant', '30') =~ /lease 0*([0-9a-f]+) granted/;
+		$key = "$name/$lease";
+		$etcd->etcdctl('put', "--lease=$lease", $key, '');
+	}
+	$fault->set(path => '/v3/kv/txn', mode => 'applied_hang', seconds => 10, times => 1);
+	my $before = hits('/v3/kv/txn');
+	$s->{stderr} = '';
+	is($s->query("SELECT lockfence.etcd_unlock('$key')"), 'f',
+		"$which key, answer lost: etcd_unlock returns false (it cannot know)");
+	cmp_ok(hits('/v3/kv/txn') - $before, '>=', 2, "$which key, answer lost: the txn was sent again");
+	like($s->{stderr}, qr/NOTICE:.*does not exist.*an earlier attempt, whose answer did not arrive, may have deleted it/s,
+		"$which key, answer lost: the NOTICE says the first attempt may have deleted it");
+	unlike($s->{stderr}, qr/lost when its lease expired/,
+		"$which key, answer lost: not that the lease expired");
+	ok(!key_exists($key), "$which key, answer lost: the key is gone");
+	$s->{stderr} = '';
+	$fault->clear;
+	$etcd->etcdctl('lease', 'revoke', $lease) if $which eq 'foreign';
+}
+
 # 3. Request counts of etcd_unlock.
 my ($key, $lease) = split / /, $s->query_safe(
 	"SELECT key || ' ' || lease FROM lockfence.etcd_lock('cnt', 10, '5s')");
