@@ -525,6 +525,31 @@ fence_store_current(const char *resource, int64 *token)
 }
 
 /*
+ * The newest committed version of resource's fence row, read with a
+ * statement under a fresh snapshot, for a caller whose own snapshot is the
+ * transaction's and whose fast-path read could not read the table
+ * (FENCE_ROW_UNREADABLE: a table not as installed, a Citus shard).
+ * Returns false for an unknown resource.  Only the scalar fields of *row
+ * are filled (holder is NULL).
+ */
+bool
+fence_store_read_latest(const char *resource, FenceRow *row)
+{
+	FenceStoreState state;
+	bool		found;
+
+	fence_store_enter(&state);
+	found = fence_execute_snapshot(FENCE_READ, resource, 0, NULL, true) == 1;
+	if (found)
+		fence_fetch_row(row);
+	fence_store_leave(&state);
+	/* the holder's copy was in the statement's memory, gone now */
+	if (found)
+		row->holder = NULL;
+	return found;
+}
+
+/*
  * Delete the fence row of resource.  Returns false if there was none.
  *
  * Not while the row carries a lease that has not ended: the next grant

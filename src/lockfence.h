@@ -84,6 +84,9 @@ extern void fence_store_check(const char *resource, int64 token,
 							  const char *holder, bool must_advance,
 							  FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
+struct FenceRow;
+extern bool fence_store_read_latest(const char *resource,
+									struct FenceRow *row);
 extern bool fence_store_delete(const char *resource);
 
 /* fence.c: who is told of an accepted fence (its holder, or NULL) */
