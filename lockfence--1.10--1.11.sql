@@ -3,6 +3,18 @@
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION lockfence UPDATE TO '1.11'" to load this file. \quit
 
+-- (1.11) The newest SQL version the loaded library serves.  Created first:
+-- in a backend still running an older library (preloaded, the server not
+-- restarted after the new release was installed) its symbol is missing,
+-- and the script fails here, having changed nothing.
+CREATE FUNCTION lockfence.library_version()
+RETURNS text
+AS 'MODULE_PATHNAME', 'lockfence_library_version'
+LANGUAGE C VOLATILE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION lockfence.library_version() IS
+    'The newest SQL version of lockfence the loaded library serves';
+
 -- (1.11) floor_status() also says which database lockfence.floor_state's
 -- row was recorded in, and which one this is: a CREATE DATABASE ...
 -- TEMPLATE copy is refused with the same server identity on both sides.
@@ -94,6 +106,27 @@ BEGIN
         RETURN QUERY SELECT 'warning', 'not_preloaded',
             'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
             'Add lockfence to shared_preload_libraries and restart the server.';
+    END;
+
+    -- (1.11) A library older than this SQL (an older release installed
+    -- again, or still loaded: preloaded, the server not restarted): the
+    -- SQL's functions may call what it lacks, or read its results wrongly.
+    BEGIN
+        IF pg_catalog.string_to_array(lockfence.library_version(), '.')::int[]
+           OPERATOR(pg_catalog.<)
+           pg_catalog.string_to_array((SELECT x.extversion FROM pg_catalog.pg_extension x
+                                        WHERE x.extname OPERATOR(pg_catalog.=) 'lockfence'), '.')::int[] THEN
+            RETURN QUERY SELECT 'error', 'library_older_than_sql',
+                pg_catalog.format('The loaded lockfence library serves SQL up to version %s, older than this database''s %s.',
+                                  lockfence.library_version(),
+                                  (SELECT x.extversion FROM pg_catalog.pg_extension x
+                                    WHERE x.extname OPERATOR(pg_catalog.=) 'lockfence')),
+                'Install the release matching the SQL version (make install) and restart the server.';
+        END IF;
+    EXCEPTION WHEN undefined_function THEN
+        RETURN QUERY SELECT 'error', 'library_older_than_sql',
+            pg_catalog.format('The loaded lockfence library is older than this database''s SQL: %s.', SQLERRM),
+            'Install the release matching the SQL version (make install) and restart the server.';
     END;
 
     -- The fence table as installed: a trigger, rule, constraint or
@@ -476,6 +509,24 @@ BEGIN
                  THEN pg_catalog.format('Publish the tables by name or schema instead: DROP PUBLICATION %I; CREATE PUBLICATION %I FOR TABLE ...;', r.pubname, r.pubname)
                  ELSE pg_catalog.format('ALTER PUBLICATION %I DROP TABLE lockfence.fences; (or DROP TABLES IN SCHEMA lockfence)', r.pubname)
             END;
+    END LOOP;
+
+    -- (1.11) The other side: a subscription that replicates a table into
+    -- lockfence.fences or lockfence.floor_state here (from a publisher
+    -- without the guard, or one that allowed it): its apply writes them as
+    -- the publisher has them, moving this database's fences back.
+    FOR r IN
+        SELECT DISTINCT s.subname, c.relname
+          FROM pg_catalog.pg_subscription_rel AS sr
+          JOIN pg_catalog.pg_subscription AS s ON s.oid OPERATOR(pg_catalog.=) sr.srsubid
+          JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) sr.srrelid
+         WHERE c.oid IN ('lockfence.fences'::pg_catalog.regclass,
+                         'lockfence.floor_state'::pg_catalog.regclass)
+         ORDER BY 1, 2
+    LOOP
+        RETURN QUERY SELECT 'error', 'fences_subscribed',
+            pg_catalog.format('Subscription %I replicates into lockfence.%I: its apply writes the publisher''s rows there, which can move this database''s fences back (a token superseded here accepted again).', r.subname, r.relname),
+            pg_catalog.format('Remove lockfence''s tables from what subscription %I receives (its publications), or drop it; then raise the floor above every token issued (lockfence.raise_floor).', r.subname);
     END LOOP;
 
     -- The extension's event triggers: the guards that refuse drops and

@@ -20,6 +20,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 #include "ddl_guard.h"
@@ -30,7 +31,16 @@
 
 PG_MODULE_MAGIC;
 
+/*
+ * The newest SQL version this library serves (lockfence.control's
+ * default_version; test/t/00_release_files.pl checks that they agree).
+ * It serves every older one too.
+ */
+#define LOCKFENCE_LIBRARY_VERSION "1.11"
+
 void		_PG_init(void);
+
+PG_FUNCTION_INFO_V1(lockfence_library_version);
 
 /*
  * Module load callback.
@@ -47,4 +57,20 @@ _PG_init(void)
 	lockfence_shmem_init();
 
 	MarkGUCPrefixReserved("lockfence");
+}
+
+/*
+ * lockfence.library_version() returns text (1.11)
+ *
+ * The newest SQL version the loaded library serves.  The install and
+ * upgrade scripts of 1.11 create this function first: in a backend still
+ * running an older library (preloaded, the server not restarted after
+ * make install) the symbol is missing, and the script fails before it
+ * changes anything, rather than leave new SQL to a library that does not
+ * know it.  check() compares it with the extension's version.
+ */
+Datum
+lockfence_library_version(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(LOCKFENCE_LIBRARY_VERSION));
 }

@@ -10,6 +10,9 @@
 #   older version has exactly one upgrade script to its successor.
 # - META.json (PGXN) names the same version as lockfence.control, and the
 #   install script it points at exists.
+# - (1.11) The library's version (LOCKFENCE_LIBRARY_VERSION in
+#   src/lockfence.c, what lockfence.library_version() returns) is
+#   default_version: opening a version bumps both.
 # No server is needed.
 
 use strict;
@@ -75,6 +78,8 @@ for my $file (map { s{.*/}{}r } glob("$top/lockfence--*.sql"))
 my $meta = decode_json(slurp("$top/META.json"));
 my ($major_minor) = $meta->{version} =~ /^(\d+\.\d+)\.\d+$/;
 is($major_minor, $default, "META.json version $meta->{version} is default_version $default");
+my ($libversion) = slurp("$top/src/lockfence.c") =~ /^#define LOCKFENCE_LIBRARY_VERSION "([^"]+)"/m;
+is($libversion, $default, "the library's version is default_version $default");
 is($meta->{provides}{lockfence}{version}, $meta->{version},
 	'META.json provides the same version');
 ok(-f "$top/$meta->{provides}{lockfence}{file}",

@@ -80,6 +80,20 @@ $locker->query_safe('COMMIT');
 $locker->quit;
 is(findings(), '', 'the lock released: no rows');
 
+# (1.11) A library older than the SQL (installed again, or still loaded
+# without a restart): an error.  Made here by claiming a newer SQL
+# version in a transaction rolled back.
+is($node->safe_psql('postgres',
+		"SELECT lockfence.library_version() = extversion FROM pg_extension WHERE extname = 'lockfence'"),
+	't', 'the library serves the installed SQL version');
+like($node->safe_psql('postgres', q{
+BEGIN;
+UPDATE pg_extension SET extversion = '1.999' WHERE extname = 'lockfence';
+SELECT finding || ': ' || detail FROM lockfence.check() WHERE finding = 'library_older_than_sql';
+ROLLBACK;}),
+	qr/^library_older_than_sql: The loaded lockfence library serves SQL up to version [0-9.]+, older than this database's 1\.999\.$/,
+	'a library older than the SQL version: library_older_than_sql');
+
 # Disabled, replica-only and always triggers.
 $node->safe_psql('postgres', 'ALTER TABLE jobs DISABLE TRIGGER zz_lockfence_fence');
 is(findings(), 'error trigger_disabled', 'a disabled trigger is an error');

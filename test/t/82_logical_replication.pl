@@ -12,7 +12,8 @@
 # - ENABLE ALWAYS on a subscriber's lockfence trigger stalls apply with a
 #   lockfence error, and check() warns about it.
 # - (1.8) lockfence.floor_state written by apply reaches the subscriber's
-#   connected sessions.
+#   connected sessions; (1.11) check() there reports the subscription
+#   (fences_subscribed).
 
 use strict;
 use warnings;
@@ -186,7 +187,17 @@ SELECT 'done';});
 like($writer->{stderr}, qr/lr-new 3: refused, LF001/,
 	'... and a session connected before judges by it: a new name under it is stale');
 $writer->quit;
+# (1.11) check() on the subscriber names the subscription that writes
+# lockfence's tables (here the floor; lockfence.fences alike), and nothing
+# once it is gone.
+like($pub->safe_psql('fsub',
+		"SELECT severity || ' ' || finding || ': ' || detail FROM lockfence.check() WHERE finding = 'fences_subscribed'"),
+	qr/^error fences_subscribed: Subscription floors replicates into lockfence\.floor_state/,
+	'check() on the subscriber reports the subscription of floor_state');
 $pub->safe_psql('fsub', 'DROP SUBSCRIPTION floors');
+is($pub->safe_psql('fsub',
+		"SELECT count(*) FROM lockfence.check() WHERE finding = 'fences_subscribed'"),
+	'0', '... and nothing once it is dropped');
 
 $sub->stop;
 $pub->stop;
