@@ -548,7 +548,10 @@ COMMENT ON FUNCTION lockfence.check_trigger_columns(oid, text, boolean) IS
     'Refuse a change of the columns a lockfence trigger names';
 
 -- (1.11) The table columns whose values are of type typ, or hold it: as an
--- array, a domain, a range or a composite type over it, at any depth.
+-- array, a domain, a range or multirange, or an attribute of a composite
+-- type (a table's or view's row type too), at any depth.  Read from the
+-- types' own catalog columns, not pg_depend, where a domain's DEFAULT
+-- expression also depends on the types it names.
 CREATE FUNCTION lockfence.type_columns(typ oid, OUT rel regclass,
                                        OUT attnum smallint)
 RETURNS SETOF record
@@ -558,28 +561,34 @@ AS $$
 WITH RECURSIVE types(t) AS (
     SELECT typ
     UNION
-    SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
-                THEN d.objid ELSE k.reltype END
-      FROM types
-      JOIN pg_catalog.pg_depend AS d
-        ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
-       AND d.refobjid OPERATOR(pg_catalog.=) types.t
-      LEFT JOIN pg_catalog.pg_class AS k
-        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-       AND k.oid OPERATOR(pg_catalog.=) d.objid
-       AND k.relkind OPERATOR(pg_catalog.=) 'c'
-     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
-        OR k.oid IS NOT NULL
+    SELECT h.t
+      FROM types,
+           LATERAL (SELECT y.oid FROM pg_catalog.pg_type AS y
+                     WHERE y.typbasetype OPERATOR(pg_catalog.=) types.t
+                        OR y.typelem OPERATOR(pg_catalog.=) types.t
+                    UNION ALL
+                    SELECT g.rngtypid FROM pg_catalog.pg_range AS g
+                     WHERE g.rngsubtype OPERATOR(pg_catalog.=) types.t
+                    UNION ALL
+                    SELECT g.rngmultitypid FROM pg_catalog.pg_range AS g
+                     WHERE g.rngtypid OPERATOR(pg_catalog.=) types.t
+                    UNION ALL
+                    SELECT k.reltype
+                      FROM pg_catalog.pg_attribute AS att
+                      JOIN pg_catalog.pg_class AS k ON k.oid OPERATOR(pg_catalog.=) att.attrelid
+                     WHERE att.atttypid OPERATOR(pg_catalog.=) types.t
+                       AND att.attnum OPERATOR(pg_catalog.>) 0
+                       AND NOT att.attisdropped
+                       AND k.reltype OPERATOR(pg_catalog.<>) 0) AS h(t)
 )
-SELECT DISTINCT r.oid::pg_catalog.regclass, d.objsubid::smallint
+SELECT DISTINCT att.attrelid::pg_catalog.regclass, att.attnum
   FROM types
-  JOIN pg_catalog.pg_depend AS d
-    ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
-   AND d.refobjid OPERATOR(pg_catalog.=) types.t
-   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-   AND d.objsubid OPERATOR(pg_catalog.>) 0
+  JOIN pg_catalog.pg_attribute AS att
+    ON att.atttypid OPERATOR(pg_catalog.=) types.t
+   AND att.attnum OPERATOR(pg_catalog.>) 0
+   AND NOT att.attisdropped
   JOIN pg_catalog.pg_class AS r
-    ON r.oid OPERATOR(pg_catalog.=) d.objid
+    ON r.oid OPERATOR(pg_catalog.=) att.attrelid
    AND r.relkind IN ('r', 'p', 'f')
 $$;
 
@@ -597,6 +606,7 @@ AS $$
 DECLARE
     a record;
     r record;
+    u record;
     col name;
 BEGIN
     FOR a IN
@@ -620,8 +630,13 @@ BEGIN
             -- now read the new label, a write of every protected table
             -- with a column of the enum (a.parent), whose resources must
             -- be fenced in this transaction
-            PERFORM lockfence.check_rows_fenced(u.rel, 'ALTER TYPE ... RENAME VALUE', u.attnum, false)
-               FROM lockfence.type_columns(a.parent) AS u;
+            -- (in the tables' order by name: the first refused is named)
+            FOR u IN
+                SELECT c.rel, c.attnum FROM lockfence.type_columns(a.parent) AS c
+                 ORDER BY c.rel::text, c.attnum
+            LOOP
+                PERFORM lockfence.check_rows_fenced(u.rel, 'ALTER TYPE ... RENAME VALUE', u.attnum, false);
+            END LOOP;
         ELSE
             -- (1.10) a column added: not under a name a trigger names
             -- (a dropped one: check_dropped_columns())
@@ -1496,6 +1511,8 @@ DECLARE
     citus_coordinator boolean;
     citus_shards oid[] := '{}';
     roles text;
+    locked oid[] := '{}';
+    not_checked boolean;
 BEGIN
     -- On a Citus node, shards are tables too: Citus hides them from this
     -- session's catalog queries unless told not to, and does not copy a
@@ -1737,17 +1754,25 @@ BEGIN
                 pg_catalog.format('Trigger %I on %s has a WHEN condition or a column list: some writes skip the fence.', r.tgname, r.rel),
                 pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
         ELSE
-            BEGIN
-                PERFORM lockfence.check_trigger(r.oid);
-            EXCEPTION WHEN lock_not_available THEN
+            -- a table found locked for its other trigger is not tried again
+            not_checked := r.rel::pg_catalog.oid OPERATOR(pg_catalog.=) ANY (locked);
+            IF NOT not_checked THEN
+                BEGIN
+                    PERFORM lockfence.check_trigger(r.oid);
+                EXCEPTION WHEN lock_not_available THEN
+                    locked := locked OPERATOR(pg_catalog.||) r.rel::pg_catalog.oid;
+                    not_checked := true;
+                WHEN OTHERS THEN
+                    RETURN QUERY SELECT 'error', 'trigger_invalid',
+                        pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
+                        pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
+                END;
+            END IF;
+            IF not_checked THEN
                 RETURN QUERY SELECT 'warning', 'trigger_not_checked',
                     pg_catalog.format('Trigger %I on %s was not checked: another transaction holds a lock on the table that kept check() from reading it for a second.', r.tgname, r.rel),
                     pg_catalog.format('Run lockfence.check() again once the lock is released (SELECT pid FROM pg_locks WHERE relation = %L::regclass AND granted).', r.rel::text);
-            WHEN OTHERS THEN
-                RETURN QUERY SELECT 'error', 'trigger_invalid',
-                    pg_catalog.format('Trigger %I on %s: %s', r.tgname, r.rel, SQLERRM),
-                    pg_catalog.format('DROP TRIGGER %I ON %s; then SELECT lockfence.protect(...) again.', r.tgname, r.rel);
-            END;
+            END IF;
         END IF;
     END LOOP;
 

@@ -509,7 +509,21 @@ CREATE TABLE ev_free (st ev_state);
 SELECT lockfence.protect('ev1', resource_column => 'tenant', token_column => 'tok'),
        lockfence.protect('ev2', resource_column => 'tenant', token_column => 'tok'),
        lockfence.protect('ev3', resource_column => 'tenant', token_column => 'tok');
-SELECT rel, attnum FROM lockfence.type_columns('ev_state'::regtype) ORDER BY 1::text;
+-- which columns hold it: also through a table's row type (ev_free's, in
+-- ev_rows), a view's row type, a range and a multirange; not a domain
+-- that only names it in its DEFAULT
+CREATE TABLE ev_rows (r ev_free);
+CREATE VIEW ev_view AS SELECT st FROM ev1;
+CREATE TABLE ev_vrows (v ev_view);
+CREATE TYPE ev_range AS RANGE (subtype = ev_state);
+CREATE TABLE ev_ranges (r ev_range, m ev_multirange);
+CREATE DOMAIN ev_label AS text DEFAULT ('open'::ev_state)::text;
+CREATE TABLE ev_labels (l ev_label);
+SELECT rel, attnum FROM lockfence.type_columns('ev_state'::regtype) ORDER BY rel::text, attnum;
+DROP TABLE ev_rows, ev_vrows, ev_ranges, ev_labels;
+DROP VIEW ev_view;
+DROP TYPE ev_range;
+DROP DOMAIN ev_label;
 INSERT INTO ev1 VALUES ('ev_a', lockfence.fence('ev_a', 5), 'paid');
 INSERT INTO ev2 VALUES ('ev_b', lockfence.fence('ev_b', 5), ROW(1, ARRAY['paid']::ev_state[]));
 INSERT INTO ev3 VALUES ('ev_c', lockfence.fence('ev_c', 5), 'paid');

@@ -21,7 +21,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -126,10 +125,13 @@ fence_cache_covers(const char *resource, int64 token, const char *holder)
  * Returns the verdict, with the fence as it stands in *outcome (not filled
  * when answered from the cache).  Stale tokens and holder conflicts are
  * counted and logged here, once; raising is the caller's choice.
+ * funcname names the SQL function called, for the error of a check in a
+ * read-only transaction.
  */
 FenceVerdict
 lockfence_check(const char *resource, int64 token, const char *holder,
-				bool must_advance, FenceOutcome *outcome)
+				bool must_advance, const char *funcname,
+				FenceOutcome *outcome)
 {
 	lockfence_validate_resource(resource);
 	lockfence_validate_token(token);
@@ -144,7 +146,8 @@ lockfence_check(const char *resource, int64 token, const char *holder,
 		return FENCE_ACCEPTED;
 	}
 
-	fence_store_check(resource, token, holder, must_advance, outcome);
+	fence_store_check(resource, token, holder, must_advance, funcname,
+					  outcome);
 
 	switch (outcome->verdict)
 	{
@@ -206,7 +209,8 @@ lockfence_fence(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode("lockfence.fence()");
 
 	fence_args(fcinfo, &resource, &token, &holder);
-	if (lockfence_check(resource, token, holder, false, &outcome) !=
+	if (lockfence_check(resource, token, holder, false, "lockfence.fence()",
+						&outcome) !=
 		FENCE_ACCEPTED)
 		lockfence_report_rejection(resource, token, holder, &outcome);
 	PG_RETURN_INT64(token);
@@ -229,10 +233,8 @@ lockfence_try_fence(PG_FUNCTION_ARGS)
 	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
 	fence_args(fcinfo, &resource, &token, &holder);
-	/* what the check would refuse as a write, by this function's name */
-	if (XactReadOnly && !fence_cache_covers(resource, token, holder))
-		fence_refuse_read_only("lockfence.try_fence()");
 	PG_RETURN_BOOL(lockfence_check(resource, token, holder, false,
+								   "lockfence.try_fence()",
 								   &outcome) == FENCE_ACCEPTED);
 }
 

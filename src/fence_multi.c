@@ -58,6 +58,7 @@ typedef struct FenceMany
 	int			count;
 	int64		token;
 	char	   *holder;			/* or NULL */
+	const char *funcname;		/* the SQL function, for errors */
 } FenceMany;
 
 /*
@@ -146,7 +147,8 @@ fence_many_check(const FenceMany *call, FenceOutcome *outcome)
 	for (pos.index = 0; pos.index < call->count; pos.index++)
 	{
 		if (lockfence_check(call->resources[pos.index], call->token,
-							call->holder, false, outcome) != FENCE_ACCEPTED)
+							call->holder, false, call->funcname,
+							outcome) != FENCE_ACCEPTED)
 		{
 			rejected = pos.index;
 			break;
@@ -244,6 +246,7 @@ lockfence_fence_many(PG_FUNCTION_ARGS)
 
 	lockfence_refuse_parallel_mode("lockfence.fence()");
 
+	call.funcname = "lockfence.fence()";
 	fence_many_args(fcinfo, &call);
 	rejected = fence_many_check(&call, &outcome);
 	if (rejected >= 0)
@@ -264,16 +267,11 @@ lockfence_try_fence_many(PG_FUNCTION_ARGS)
 	FenceMany	call;
 	FenceOutcome outcome;
 
-	int			uncovered;
-
 	lockfence_refuse_parallel_mode("lockfence.try_fence()");
 
+	call.funcname = "lockfence.try_fence()";
 	fence_many_args(fcinfo, &call);
-	uncovered = fence_many_uncovered(&call);
-	/* what the check would refuse as a write, by this function's name */
-	if (uncovered > 0 && XactReadOnly)
-		fence_refuse_read_only("lockfence.try_fence()");
-	if (uncovered <= 1)
+	if (fence_many_uncovered(&call) <= 1)
 		PG_RETURN_BOOL(fence_many_check(&call, &outcome) < 0);
 	PG_RETURN_BOOL(fence_many_check_atomic(&call, &outcome) < 0);
 }

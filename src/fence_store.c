@@ -373,24 +373,6 @@ fence_write(FenceAction action, const char *resource, int64 token,
 }
 
 /*
- * A check may advance or lock the fence: it is a write.  On a standby
- * every transaction is read-only, so recovery is tested first to tell
- * the caller where the fence can be written; funcname names the SQL
- * function in a read-only transaction's error.
- */
-void
-fence_refuse_read_only(const char *funcname)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot fence a resource while the server is in recovery"),
-				 errdetail("This server is a standby: fences are written on the primary only."),
-				 errhint("Connect to the primary server.")));
-	PreventCommandIfReadOnly(funcname);
-}
-
-/*
  * Check token for resource against the fence table in the current
  * transaction, advancing the fence when the token is higher.  With
  * must_advance, only an advance (or a resource's first token) is accepted:
@@ -415,7 +397,7 @@ fence_refuse_read_only(const char *funcname)
 
 void
 fence_store_check(const char *resource, int64 token, const char *holder,
-				  bool must_advance, FenceOutcome *outcome)
+				  bool must_advance, const char *funcname, FenceOutcome *outcome)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
@@ -424,7 +406,18 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 	bool		locked = false;
 	int			failed_writes = 0;
 
-	fence_refuse_read_only("lockfence.fence()");
+	/*
+	 * A check may advance or lock the fence: it is a write.  On a standby
+	 * every transaction is read-only, so recovery is tested first to tell
+	 * the caller where the fence can be written.
+	 */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot fence a resource while the server is in recovery"),
+				 errdetail("This server is a standby: fences are written on the primary only."),
+				 errhint("Connect to the primary server.")));
+	PreventCommandIfReadOnly(funcname);
 
 	for (;;)
 	{

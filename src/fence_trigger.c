@@ -347,7 +347,8 @@ fence_trigger_row(FenceTriggerConfig *config, TriggerData *trigdata,
 		holder = fence_trigger_holder(config, trigdata, tuple);
 		if (!fence_cache_covers(resource, token, holder))
 			fence_trigger_check_owner_may_fence(rel, resource);
-		switch (lockfence_check(resource, token, holder, true, &outcome))
+		switch (lockfence_check(resource, token, holder, true,
+								"lockfence.fence_trigger()", &outcome))
 		{
 			case FENCE_ACCEPTED:
 				return true;

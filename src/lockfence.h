@@ -68,6 +68,7 @@ extern void lockfence_refuse_parallel_mode(const char *function);
 /* fence.c */
 extern FenceVerdict lockfence_check(const char *resource, int64 token,
 									const char *holder, bool must_advance,
+									const char *funcname,
 									FenceOutcome *outcome);
 extern void lockfence_report_rejection(const char *resource, int64 token,
 									   const char *holder,
@@ -79,10 +80,9 @@ extern bool fence_holders_conflict(const char *recorded,
 								   const char *presented);
 
 /* fence_store.c: the fence table, read and written through SPI */
-extern void fence_refuse_read_only(const char *funcname);
 extern void fence_store_check(const char *resource, int64 token,
 							  const char *holder, bool must_advance,
-							  FenceOutcome *outcome);
+							  const char *funcname, FenceOutcome *outcome);
 extern bool fence_store_current(const char *resource, int64 *token);
 struct FenceRow;
 extern bool fence_store_read_latest(const char *resource,
