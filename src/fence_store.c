@@ -378,6 +378,9 @@ fence_write(FenceAction action, const char *resource, int64 token,
  * must_advance, only an advance (or a resource's first token) is accepted:
  * an equal token gets FENCE_NOT_ADVANCED and locks nothing.  The verdict
  * and the fence as it stands afterwards are returned in *outcome.
+ * funcname, the SQL function called, names it in the error of a check in
+ * a read-only transaction.  An advance over a lease ends the lease: its
+ * waiters are woken at commit, as after a release.
  *
  * The resource lock (fence_lock.c) comes first, the row is read and judged
  * after it: ShareLock for the common equal token, which then holds no row
@@ -397,7 +400,8 @@ fence_write(FenceAction action, const char *resource, int64 token,
 
 void
 fence_store_check(const char *resource, int64 token, const char *holder,
-				  bool must_advance, const char *funcname, FenceOutcome *outcome)
+				  bool must_advance, const char *funcname,
+				  FenceOutcome *outcome)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	FenceStoreState state;
