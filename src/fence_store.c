@@ -500,50 +500,52 @@ fence_store_check(const char *resource, int64 token, const char *holder,
 }
 
 /*
+ * Read resource's fence row with a statement, as this transaction's
+ * snapshot sees it or (latest) its newest committed version, outside any
+ * check.  Returns false for an unknown resource.  Only the scalar fields
+ * of *row are filled: the holder's copy was in the statement's memory.
+ */
+static bool
+fence_store_read_row(const char *resource, bool latest, FenceRow *row)
+{
+	FenceStoreState state;
+	bool		found;
+
+	fence_store_enter(&state);
+	found = fence_execute_snapshot(FENCE_READ, resource, 0, NULL, latest) == 1;
+	if (found)
+		fence_fetch_row(row);
+	fence_store_leave(&state);
+	if (found)
+		row->holder = NULL;
+	return found;
+}
+
+/*
  * The highest token accepted for resource, as this transaction's snapshot
  * sees it.  Returns false for an unknown resource.
  */
 bool
 fence_store_current(const char *resource, int64 *token)
 {
-	FenceStoreState state;
 	FenceRow	row;
-	bool		found;
 
-	fence_store_enter(&state);
-	found = fence_execute(FENCE_READ, resource, 0, NULL) == 1;
-	if (found)
-	{
-		fence_fetch_row(&row);
-		*token = row.token;
-	}
-	fence_store_leave(&state);
-	return found;
+	if (!fence_store_read_row(resource, false, &row))
+		return false;
+	*token = row.token;
+	return true;
 }
 
 /*
- * The newest committed version of resource's fence row, read with a
- * statement under a fresh snapshot, for a caller whose own snapshot is the
- * transaction's and whose fast-path read could not read the table
- * (FENCE_ROW_UNREADABLE: a table not as installed, a Citus shard).
- * Returns false for an unknown resource.  Only the scalar fields of *row
- * are filled (holder is NULL).
+ * The newest committed version of resource's fence row, for a caller whose
+ * own snapshot is the transaction's and whose fast-path read could not
+ * read the table (FENCE_ROW_UNREADABLE: a table not as installed, a Citus
+ * shard).  Returns false for an unknown resource; holder is NULL.
  */
 bool
 fence_store_read_latest(const char *resource, FenceRow *row)
 {
-	FenceStoreState state;
-	bool		found;
-
-	fence_store_enter(&state);
-	found = fence_execute_snapshot(FENCE_READ, resource, 0, NULL, true) == 1;
-	if (found)
-		fence_fetch_row(row);
-	fence_store_leave(&state);
-	/* the holder's copy was in the statement's memory, gone now */
-	if (found)
-		row->holder = NULL;
-	return found;
+	return fence_store_read_row(resource, true, row);
 }
 
 /*
