@@ -26,7 +26,7 @@ use LockfenceTest::Node qw(init_node);
 
 # Every version ever released, oldest first.  A new release adds its
 # predecessor here, and an upgrade script from it.
-my @released = ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10');
+my @released = ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 init_node($node);
@@ -203,6 +203,26 @@ for my $v (@released)
 	like($node->safe_psql($db,
 		"SELECT value FROM lockfence.metrics WHERE name = 'fence_accepted_total'"),
 		qr/^\d+$/, "objects added after $v work");
+}
+
+# The newest release's upgrade script refuses to run under a library that
+# serves only an older SQL version (an older library still preloaded, the
+# server not restarted): library_version() answering as that library would
+# must stop the update before it changes anything.
+{
+	my $prev = $released[-1];
+	$node->safe_psql('postgres', 'CREATE DATABASE old_library');
+	$node->safe_psql('old_library', "CREATE EXTENSION lockfence VERSION '$prev'");
+	$node->safe_psql('old_library',
+		"CREATE OR REPLACE FUNCTION lockfence.library_version() RETURNS text "
+		  . "LANGUAGE sql AS \$\$SELECT '$prev'\$\$");
+	my ($ret, $out, $err) = $node->psql('old_library',
+		'ALTER EXTENSION lockfence UPDATE', extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  55000: the loaded lockfence library serves SQL up to version \Q$prev\E only/,
+		"the update to $default refuses a library serving $prev (55000)");
+	is($node->safe_psql('old_library',
+		"SELECT extversion FROM pg_extension WHERE extname = 'lockfence'"),
+		$prev, 'the refused update changed nothing');
 }
 
 $node->stop;
