@@ -808,7 +808,7 @@ BEGIN
                             WHERE w.classid OPERATOR(pg_catalog.=) o.classid
                               AND w.objid OPERATOR(pg_catalog.=) o.objid
                               AND w.objsubid OPERATOR(pg_catalog.=) 0)
-         ORDER BY 1, 2
+         ORDER BY 1, 2, 3
          LIMIT 1
     LOOP
         RAISE EXCEPTION 'cannot drop column "%" of protected table "%"',
@@ -2491,6 +2491,12 @@ $$;
 COMMENT ON FUNCTION lockfence.grant_usage(regrole, boolean) IS
     'Let a role fence resources and take leases (and etcd locks with etcd => true)';
 
+-- (1.12) revoke_usage() takes back only what the caller granted (REVOKE
+-- removes a grantor's own grants), so it now checks that the role may no
+-- longer execute the functions, and fails, naming what still lets it,
+-- instead of returning as if it had.  A function the caller holds no
+-- right on at all (the etcd functions, for a role delegated only the
+-- others) is left to that check rather than failing the REVOKE.
 CREATE FUNCTION lockfence.revoke_usage(role regrole, etcd boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
@@ -2498,6 +2504,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     f regprocedure;
+    why text;
+    errcode text;
 BEGIN
     IF revoke_usage.role IS NULL THEN
         RAISE EXCEPTION 'argument "role" of lockfence.revoke_usage() must not be null'
@@ -2508,7 +2516,43 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
-        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
+        BEGIN
+            EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
+        EXCEPTION WHEN insufficient_privilege THEN
+            NULL;
+        END;
+    END LOOP;
+    FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
+        CONTINUE WHEN NOT pg_catalog.has_function_privilege(revoke_usage.role, f, 'EXECUTE');
+        SELECT w.why, w.errcode INTO why, errcode
+          FROM pg_catalog.pg_proc p,
+               LATERAL (SELECT 1, 'it is a superuser', '55000'
+                          FROM pg_catalog.pg_roles r
+                         WHERE r.oid OPERATOR(pg_catalog.=) revoke_usage.role::oid AND r.rolsuper
+                        UNION ALL
+                        SELECT 2, 'it owns the function, or is a member of its owner', '55000'
+                         WHERE pg_catalog.pg_has_role(revoke_usage.role, p.proowner, 'USAGE')
+                        UNION ALL
+                        SELECT 3, pg_catalog.format('%s granted it EXECUTE, and only %s can take that grant back',
+                                                 a.grantor::regrole, a.grantor::regrole), '42501'
+                          FROM pg_catalog.aclexplode(p.proacl) a
+                         WHERE a.grantee OPERATOR(pg_catalog.=) revoke_usage.role::oid
+                        UNION ALL
+                        SELECT 4, 'EXECUTE is granted to PUBLIC', '55000'
+                          FROM pg_catalog.aclexplode(p.proacl) a
+                         WHERE a.grantee OPERATOR(pg_catalog.=) 0
+                        UNION ALL
+                        SELECT 5, pg_catalog.format('it is a member of role %s, granted EXECUTE', a.grantee::regrole), '55000'
+                          FROM pg_catalog.aclexplode(p.proacl) a
+                         WHERE a.grantee NOT IN (0, revoke_usage.role::oid)
+                           AND pg_catalog.pg_has_role(revoke_usage.role, a.grantee, 'USAGE')) AS w(rank, why, errcode)
+         WHERE p.oid OPERATOR(pg_catalog.=) f
+         ORDER BY w.rank
+         LIMIT 1;
+        RAISE EXCEPTION 'role % may still execute %', revoke_usage.role, f
+            USING ERRCODE = coalesce(errcode, '55000'),
+                  DETAIL = coalesce(why, 'PostgreSQL grants it EXECUTE in a way lockfence cannot name') || '; nothing was revoked.',
+                  HINT = 'Revoke what the detail names (lockfence.revoke_usage() as the grantor, REVOKE ... FROM PUBLIC, or REVOKE the membership), then call lockfence.revoke_usage() again.';
     END LOOP;
 END
 $$;

@@ -218,6 +218,59 @@ SELECT c.relname, e.extcondition
  WHERE e.extname = 'lockfence'
  ORDER BY 1;
 
+-- (1.12) revoke_usage() takes back what the caller granted, and fails,
+-- naming what is left, while the role may still execute a function
+CREATE ROLE lockfence_deleg;
+CREATE ROLE lockfence_app2;
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT * FROM lockfence.usage_functions(false) LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO lockfence_deleg WITH GRANT OPTION', f);
+    END LOOP;
+END
+$$;
+GRANT EXECUTE ON FUNCTION lockfence.grant_usage(regrole, boolean),
+                          lockfence.revoke_usage(regrole, boolean) TO lockfence_deleg;
+-- a role delegated the fence and lease functions only grants and takes
+-- back those (etcd => true by default: it holds no right on the others)
+SET ROLE lockfence_deleg;
+SELECT lockfence.grant_usage('lockfence_app2');
+SELECT lockfence.revoke_usage('lockfence_app2');
+SELECT has_function_privilege('lockfence_app2', 'lockfence.fence(text, bigint, text)', 'EXECUTE');
+SELECT lockfence.grant_usage('lockfence_app2');
+RESET ROLE;
+-- the owner cannot take back the delegated role's grant: refused, naming it
+SELECT lockfence.revoke_usage('lockfence_app2');
+\echo :LAST_ERROR_SQLSTATE
+SELECT has_function_privilege('lockfence_app2', 'lockfence.fence(text, bigint, text)', 'EXECUTE');
+SET ROLE lockfence_deleg;
+SELECT lockfence.revoke_usage('lockfence_app2');
+RESET ROLE;
+SELECT lockfence.revoke_usage('lockfence_app2');
+-- membership in a role granted the functions, and PUBLIC, keep EXECUTE too
+GRANT lockfence_app TO lockfence_app2;
+SELECT lockfence.revoke_usage('lockfence_app2');
+\echo :LAST_ERROR_SQLSTATE
+REVOKE lockfence_app FROM lockfence_app2;
+GRANT EXECUTE ON FUNCTION lockfence.lease_release(text, bigint) TO PUBLIC;
+SELECT lockfence.revoke_usage('lockfence_app2', etcd => false);
+\echo :LAST_ERROR_SQLSTATE
+REVOKE EXECUTE ON FUNCTION lockfence.lease_release(text, bigint) FROM PUBLIC;
+SELECT lockfence.revoke_usage('lockfence_app2', etcd => false);
+DROP ROLE lockfence_app2;
+REVOKE ALL ON FUNCTION lockfence.grant_usage(regrole, boolean),
+                       lockfence.revoke_usage(regrole, boolean) FROM lockfence_deleg;
+DO $$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT * FROM lockfence.usage_functions(false) LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM lockfence_deleg CASCADE', f);
+    END LOOP;
+END
+$$;
+DROP ROLE lockfence_deleg;
+
 SELECT lockfence.revoke_usage('lockfence_app');
 DROP ROLE lockfence_app;
 
