@@ -597,6 +597,15 @@ CREATE FOREIGN TABLE sp_ft (id int, v int) SERVER regress_lf_srv;
 ALTER FOREIGN TABLE sp_ft INHERIT sp_plain;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM pg_inherits WHERE inhparent = 'sp_plain'::regclass;
+-- (1.12) a foreign table cannot be protected: it can have no TRUNCATE
+-- trigger (a wrapper may forward TRUNCATE), so protect() and a lockfence
+-- row trigger made by hand are refused
+SELECT lockfence.protect('sp_ft', resource => 'sp_ft');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER zz_fence BEFORE INSERT OR UPDATE OR DELETE ON sp_ft
+    FOR EACH ROW EXECUTE FUNCTION lockfence.fence_trigger('resource=sp_ft');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM pg_trigger WHERE tgrelid = 'sp_ft'::regclass;
 DROP FOREIGN TABLE sp_ft;
 DROP SERVER regress_lf_srv;
 DROP FOREIGN DATA WRAPPER regress_lf_fdw;

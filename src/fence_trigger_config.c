@@ -63,6 +63,20 @@ fence_trigger_check_definition(Trigger *trigger, Relation rel)
 	const char *relname = RelationGetRelationName(rel);
 	int16		tgtype = trigger->tgtype;
 
+	/*
+	 * (1.12) PostgreSQL allows a foreign table no TRUNCATE trigger, and a
+	 * foreign data wrapper may forward TRUNCATE to the remote table: its
+	 * rows could all go without a token.  Its fence belongs on the server
+	 * that holds the rows.
+	 */
+	if (rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("lockfence trigger \"%s\" cannot fence foreign table \"%s\"",
+						trigger->tgname, relname),
+				 errdetail("A foreign table can have no TRUNCATE trigger, so TRUNCATE would empty it without a token."),
+				 errhint("Protect the table on the server that holds its rows.")));
+
 	if (!TRIGGER_FOR_BEFORE(tgtype))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
