@@ -1528,6 +1528,7 @@ DECLARE
     roles text;
     locked oid[] := '{}';
     not_checked boolean;
+    fences_distributed boolean;
 BEGIN
     -- On a Citus node, shards are tables too: Citus hides them from this
     -- session's catalog queries unless told not to, and does not copy a
@@ -2095,6 +2096,34 @@ BEGIN
                     e->>'hint'
                   FROM pg_catalog.json_array_elements(r.result::json) AS e;
             END LOOP;
+
+            -- (1.12) A fence row moves with its shard, a node's floor does
+            -- not: a node below another's floor gives a resource without a
+            -- row that is moved there a lower floor (a node added later
+            -- starts at 0).
+            EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
+                    ' WHERE logicalrelid = ''lockfence.fences''::pg_catalog.regclass)'
+               INTO fences_distributed;
+            IF fences_distributed THEN
+                RETURN QUERY EXECUTE $q$
+                    WITH f AS (
+                        SELECT w.nodename, w.nodeport, w.result::bigint AS floor
+                          FROM pg_catalog.run_command_on_workers(
+                                 'SELECT pg_catalog.max(floor) FROM lockfence.floor_state') AS w
+                         WHERE w.success AND w.result ~ '^[0-9]+$'
+                        UNION ALL
+                        SELECT 'this coordinator', NULL, pg_catalog.max(s.floor)
+                          FROM lockfence.floor_state s)
+                    SELECT 'error', 'citus_floor_uneven',
+                           pg_catalog.format('Citus node %s has fence floor %s, below the %s of another node: a resource without a fence row whose shard moves there loses the floor.',
+                                             f.nodename || coalesce(':' || f.nodeport, ''), f.floor,
+                                             (SELECT pg_catalog.max(g.floor) FROM f g)),
+                           pg_catalog.format('SELECT lockfence.raise_floor(%s); raises every node''s floor (1.12).',
+                                             (SELECT pg_catalog.max(g.floor) FROM f g))
+                      FROM f
+                     WHERE f.floor OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(g.floor) FROM f g)
+                     ORDER BY f.nodename, f.nodeport$q$;
+            END IF;
         END IF;
     END IF;
 END
@@ -2128,6 +2157,8 @@ DECLARE
     raised bigint;
     bad text;
     effective bigint;
+    distributed boolean := false;
+    node record;
 BEGIN
     IF raise_floor.floor IS NULL THEN
         RAISE EXCEPTION 'fence floor must not be null'
@@ -2148,6 +2179,40 @@ BEGIN
             USING ERRCODE = 'invalid_transaction_state',
                   DETAIL = 'The transaction''s snapshot would miss fences committed after it, and leave them below the floor.',
                   HINT = 'Run it in a READ COMMITTED transaction (SET default_transaction_isolation = ''read committed'').';
+    END IF;
+
+    -- (1.12) On Citus, with the fences distributed: a fence row moves with
+    -- its shard, a node's floor does not, so a resource without a row moved
+    -- to a node with a lower floor lost it.  Every node records the floor,
+    -- the other nodes first, each in a transaction of its own (as Citus
+    -- runs a command on a node): a floor only rises, so the nodes raised
+    -- before another failed keep theirs, and raise_floor() runs again.
+    IF raise_floor.resources IS NULL
+       AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
+                ' WHERE logicalrelid = ''lockfence.fences''::pg_catalog.regclass)'
+           INTO distributed;
+    END IF;
+    IF distributed THEN
+        FOR node IN EXECUTE
+            'SELECT w.node_name, w.node_port, w.success, w.result'
+            '  FROM (SELECT pg_catalog.array_agg(n.nodename ORDER BY n.nodename, n.nodeport) AS names,'
+            '               pg_catalog.array_agg(n.nodeport ORDER BY n.nodename, n.nodeport) AS ports,'
+            '               pg_catalog.array_agg($1) AS commands'
+            '          FROM pg_catalog.pg_dist_node n'
+            '         WHERE n.isactive AND n.noderole = ''primary'''
+            '           AND n.nodecluster = pg_catalog.current_setting(''citus.cluster_name'')'
+            '           AND n.groupid <> ALL (SELECT groupid FROM pg_catalog.pg_dist_local_group)) AS a,'
+            '       pg_catalog.master_run_on_worker(a.names, a.ports, a.commands, true) AS w'
+            USING pg_catalog.format('SELECT lockfence.floor_record(%s)', raise_floor.floor)
+        LOOP
+            IF NOT node.success THEN
+                RAISE EXCEPTION 'could not raise the fence floor on Citus node %:%', node.node_name, node.node_port
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          DETAIL = node.result,
+                          HINT = 'The nodes already raised keep the floor (it only rises): call raise_floor() again once every node answers.';
+            END IF;
+        END LOOP;
     END IF;
 
     PERFORM lockfence.floor_record(raise_floor.floor) WHERE raise_floor.resources IS NULL;

@@ -30,6 +30,10 @@
 #   3. citus_move_shard_placement and rebalance_table_shards move the
 #      fences with their rows: the stale token is refused on the new node,
 #      the current one accepted, and the old node refuses to fence.
+#   4. (1.12) raise_floor() without resources, on the coordinator or a
+#      worker, records the floor on every node, so a resource without a
+#      fence row stays below it when its shard moves; check() on the
+#      coordinator reports a node whose floor is below another's.
 # Plain local tables on Citus nodes work as before (until the fences are
 # distributed).
 #
@@ -673,6 +677,47 @@ is(q1($coord, "SELECT count(*) FROM lockfence.check() WHERE severity = 'error'")
 	'lockfence.check() finds no error on any node after the moves')
   or diag(q1($coord, q{SELECT string_agg(finding || ': ' || detail, E'\n') FROM lockfence.check() WHERE severity = 'error'}),
 	"\nCitus cleanup records left: ", q1($coord, 'SELECT count(*) FROM pg_dist_cleanup'));
+
+# --- 4. the fence floor on every node (1.12) -------------------------------
+# A fence row moves with its shard; a node's floor does not.  raise_floor()
+# without resources records the floor on every node, so a resource without
+# a row stays below it after its shard group moves (a review: raised on one
+# worker only, a move to the other let token 5 in under a floor of 3000).
+my $floors = sub { join ',', map { q1($_, 'SELECT max(floor) FROM lockfence.floor_state') } @all };
+succeeds($coord, 'SELECT lockfence.raise_floor(3000)', 'raise_floor(3000) on the coordinator');
+is($floors->(), '3000,3000,3000', 'every node records the floor of 3000');
+my ($floor_res) = grep {
+	q1($coord, "SELECT count(*) FROM lockfence.fences WHERE resource = '$_'") eq '0'
+} map { "floor-$_" } 1 .. 40;
+ok(defined $floor_res, "a resource without a fence row: $floor_res");
+my $floor_fshard = shard_of('lockfence.fences', $floor_res);
+my $floor_from = node_of_shard($floor_fshard);
+my ($floor_to) = grep { $_->name ne $floor_from->name } ($w1, $w2);
+my $below_floor = qr/stale fencing token for resource "\Q$floor_res\E"/;
+refused($coord, "SELECT lockfence.fence('$floor_res', 5)", 'LF001', $below_floor,
+	"token 5 for $floor_res is below the floor on " . $floor_from->name);
+ok(cleanup_orphans(), 'the earlier moves\' leftovers are cleaned up');
+succeeds($coord, "SELECT citus_move_shard_placement($floor_fshard, '127.0.0.1', " . $floor_from->port
+	  . ", '127.0.0.1', " . $floor_to->port . ", shard_transfer_mode => 'block_writes')",
+	"$floor_res\'s shard group moved to " . $floor_to->name);
+is(node_of_shard($floor_fshard)->name, $floor_to->name, "$floor_res\'s fence shard is on " . $floor_to->name);
+refused($coord, "SELECT lockfence.fence('$floor_res', 5)", 'LF001', $below_floor,
+	'after the move, token 5 is still below the floor');
+succeeds($coord, "SELECT lockfence.fence('$floor_res', 3001)", 'and token 3001 is accepted');
+# From a worker too: every other node first, then its own.
+succeeds($w2, 'SELECT lockfence.raise_floor(4000)', 'raise_floor(4000) on a worker');
+is($floors->(), '4000,4000,4000', 'every node records the floor of 4000');
+# A node below another's floor (one added later starts at 0; here lowered
+# by hand) is an error in check() on the coordinator.
+q1($w1, 'UPDATE lockfence.floor_state SET floor = 100');
+is(q1($coord, q{SELECT string_agg(finding || ': ' || detail || ' / ' || hint, E'\n') FROM lockfence.check() WHERE finding = 'citus_floor_uneven'}),
+	'citus_floor_uneven: Citus node 127.0.0.1:' . $w1->port
+	  . ' has fence floor 100, below the 4000 of another node: a resource without a fence row whose shard moves there loses the floor.'
+	  . " / SELECT lockfence.raise_floor(4000); raises every node's floor (1.12).",
+	'check() on the coordinator reports the node below the others\' floor');
+succeeds($coord, 'SELECT lockfence.raise_floor(4000)', 'the hint raises it again');
+is(q1($coord, q{SELECT count(*) FROM lockfence.check() WHERE finding = 'citus_floor_uneven'}),
+	'0', 'and check() reports no uneven floor');
 
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');
