@@ -178,7 +178,6 @@ BEGIN
             '               pg_catalog.array_agg($1) AS commands'
             '          FROM pg_catalog.pg_dist_node n'
             '         WHERE n.isactive AND n.noderole = ''primary'''
-            '           AND n.nodecluster = pg_catalog.current_setting(''citus.cluster_name'')'
             '           AND n.groupid <> ALL (SELECT groupid FROM pg_catalog.pg_dist_local_group)) AS a,'
             '       pg_catalog.master_run_on_worker(a.names, a.ports, a.commands, true) AS w'
             USING pg_catalog.format('SELECT lockfence.floor_record(%s)', raise_floor.floor)
