@@ -2112,11 +2112,16 @@ BEGIN
                                  'SELECT pg_catalog.max(floor) FROM lockfence.floor_state') AS w
                          WHERE w.success AND w.result ~ '^[0-9]+$'
                         UNION ALL
-                        SELECT 'this coordinator', NULL, pg_catalog.max(s.floor)
-                          FROM lockfence.floor_state s)
+                        -- the coordinator only when it holds fence shards
+                        SELECT 'the coordinator', NULL, pg_catalog.max(s.floor)
+                          FROM lockfence.floor_state s
+                         WHERE EXISTS (SELECT FROM pg_catalog.pg_dist_shard d
+                                         JOIN pg_catalog.pg_dist_placement pl USING (shardid)
+                                        WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'lockfence.fences'::pg_catalog.regclass
+                                          AND pl.groupid OPERATOR(pg_catalog.=) 0))
                     SELECT 'error', 'citus_floor_uneven',
-                           pg_catalog.format('Citus node %s has fence floor %s, below the %s of another node: a resource without a fence row whose shard moves there loses the floor.',
-                                             f.nodename || coalesce(':' || f.nodeport, ''), f.floor,
+                           pg_catalog.format('%s has fence floor %s, below the %s of another node: a resource without a fence row whose shard moves there loses the floor.',
+                                             coalesce('Citus node ' || f.nodename || ':' || f.nodeport, f.nodename), f.floor,
                                              (SELECT pg_catalog.max(g.floor) FROM f g)),
                            pg_catalog.format('SELECT lockfence.raise_floor(%s); raises every node''s floor (1.12).',
                                              (SELECT pg_catalog.max(g.floor) FROM f g))
@@ -2187,6 +2192,9 @@ BEGIN
     -- the other nodes first, each in a transaction of its own (as Citus
     -- runs a command on a node): a floor only rises, so the nodes raised
     -- before another failed keep theirs, and raise_floor() runs again.
+    -- Those transactions wait for this one's locks unseen by any deadlock
+    -- detector (a fence of a new name earlier in it holds the node's
+    -- lockfence.floor_state): they wait lock_timeout at most, 10 s unset.
     IF raise_floor.resources IS NULL
        AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
@@ -2203,13 +2211,17 @@ BEGIN
             '         WHERE n.isactive AND n.noderole = ''primary'''
             '           AND n.groupid <> ALL (SELECT groupid FROM pg_catalog.pg_dist_local_group)) AS a,'
             '       pg_catalog.master_run_on_worker(a.names, a.ports, a.commands, true) AS w'
-            USING pg_catalog.format('SELECT lockfence.floor_record(%s)', raise_floor.floor)
+            USING pg_catalog.format(
+                'SELECT lockfence.floor_record(%s) FROM (SELECT pg_catalog.set_config(''lock_timeout'', %L, true)) AS t',
+                raise_floor.floor,
+                CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
+                     ELSE pg_catalog.current_setting('lock_timeout') END)
         LOOP
             IF NOT node.success THEN
                 RAISE EXCEPTION 'could not raise the fence floor on Citus node %:%', node.node_name, node.node_port
                     USING ERRCODE = 'object_not_in_prerequisite_state',
                           DETAIL = node.result,
-                          HINT = 'The nodes already raised keep the floor (it only rises): call raise_floor() again once every node answers.';
+                          HINT = 'The nodes already raised keep the floor (it only rises): call raise_floor() again once every node answers, in a transaction of its own (a fence of a new name, or a floor raised, earlier in this transaction holds the lock it waits for there).';
             END IF;
         END LOOP;
     END IF;
@@ -2582,23 +2594,33 @@ BEGIN
     FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
         BEGIN
             EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', f, revoke_usage.role);
-        EXCEPTION WHEN insufficient_privilege THEN
-            NULL;
+        EXCEPTION
+            WHEN insufficient_privilege THEN
+                NULL;
+            WHEN dependent_objects_still_exist THEN
+                RAISE EXCEPTION 'role % granted EXECUTE on % on to other roles', revoke_usage.role, f
+                    USING ERRCODE = 'dependent_objects_still_exist',
+                          DETAIL = 'Taking its grant back would leave theirs without a grantor; nothing was revoked.',
+                          HINT = pg_catalog.format('Call lockfence.revoke_usage() for those roles first (as %s), or REVOKE EXECUTE ON FUNCTION %s FROM %s CASCADE.',
+                                                   revoke_usage.role, f, revoke_usage.role);
         END;
     END LOOP;
     FOR f IN SELECT * FROM lockfence.usage_functions(revoke_usage.etcd) LOOP
-        CONTINUE WHEN NOT pg_catalog.has_function_privilege(revoke_usage.role, f, 'EXECUTE');
+        -- Also through a membership without INHERIT: the role may SET ROLE.
         SELECT w.why, w.errcode INTO why, errcode
           FROM pg_catalog.pg_proc p,
-               LATERAL (SELECT 1, 'it is a superuser', '55000'
+               LATERAL (SELECT 1, CASE WHEN r.oid OPERATOR(pg_catalog.=) revoke_usage.role::oid
+                                       THEN 'it is a superuser'
+                                       ELSE pg_catalog.format('it is a member of superuser %s', r.oid::regrole) END,
+                               '55000'
                           FROM pg_catalog.pg_roles r
-                         WHERE r.oid OPERATOR(pg_catalog.=) revoke_usage.role::oid AND r.rolsuper
+                         WHERE r.rolsuper AND pg_catalog.pg_has_role(revoke_usage.role, r.oid, 'MEMBER')
                         UNION ALL
                         SELECT 2, 'it owns the function, or is a member of its owner', '55000'
-                         WHERE pg_catalog.pg_has_role(revoke_usage.role, p.proowner, 'USAGE')
+                         WHERE pg_catalog.pg_has_role(revoke_usage.role, p.proowner, 'MEMBER')
                         UNION ALL
-                        SELECT 3, pg_catalog.format('%s granted it EXECUTE, and only %s can take that grant back',
-                                                 a.grantor::regrole, a.grantor::regrole), '42501'
+                        SELECT 3, pg_catalog.format('%1$s granted it EXECUTE: %1$s can take that grant back (lockfence.revoke_usage() run as %1$s), or the functions'' owner with REVOKE EXECUTE ... FROM %1$s CASCADE',
+                                                 a.grantor::regrole), '42501'
                           FROM pg_catalog.aclexplode(p.proacl) a
                          WHERE a.grantee OPERATOR(pg_catalog.=) revoke_usage.role::oid
                         UNION ALL
@@ -2609,13 +2631,18 @@ BEGIN
                         SELECT 5, pg_catalog.format('it is a member of role %s, granted EXECUTE', a.grantee::regrole), '55000'
                           FROM pg_catalog.aclexplode(p.proacl) a
                          WHERE a.grantee NOT IN (0, revoke_usage.role::oid)
-                           AND pg_catalog.pg_has_role(revoke_usage.role, a.grantee, 'USAGE')) AS w(rank, why, errcode)
+                           AND pg_catalog.pg_has_role(revoke_usage.role, a.grantee, 'MEMBER')) AS w(rank, why, errcode)
          WHERE p.oid OPERATOR(pg_catalog.=) f
          ORDER BY w.rank
          LIMIT 1;
+        IF NOT FOUND THEN
+            CONTINUE WHEN NOT pg_catalog.has_function_privilege(revoke_usage.role, f, 'EXECUTE');
+            why := 'PostgreSQL grants it EXECUTE in a way lockfence cannot name';
+            errcode := '55000';
+        END IF;
         RAISE EXCEPTION 'role % may still execute %', revoke_usage.role, f
-            USING ERRCODE = coalesce(errcode, '55000'),
-                  DETAIL = coalesce(why, 'PostgreSQL grants it EXECUTE in a way lockfence cannot name') || '; nothing was revoked.',
+            USING ERRCODE = errcode,
+                  DETAIL = why || '; nothing was revoked.',
                   HINT = 'Revoke what the detail names (lockfence.revoke_usage() as the grantor, REVOKE ... FROM PUBLIC, or REVOKE the membership), then call lockfence.revoke_usage() again.';
     END LOOP;
 END

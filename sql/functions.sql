@@ -244,6 +244,9 @@ RESET ROLE;
 SELECT lockfence.revoke_usage('lockfence_app2');
 \echo :LAST_ERROR_SQLSTATE
 SELECT has_function_privilege('lockfence_app2', 'lockfence.fence(text, bigint, text)', 'EXECUTE');
+-- nor take back the delegated role's own grant while it granted on
+SELECT lockfence.revoke_usage('lockfence_deleg', etcd => false);
+\echo :LAST_ERROR_SQLSTATE
 SET ROLE lockfence_deleg;
 SELECT lockfence.revoke_usage('lockfence_app2');
 RESET ROLE;
@@ -253,6 +256,11 @@ GRANT lockfence_app TO lockfence_app2;
 SELECT lockfence.revoke_usage('lockfence_app2');
 \echo :LAST_ERROR_SQLSTATE
 REVOKE lockfence_app FROM lockfence_app2;
+-- also without INHERIT: the member may SET ROLE to it
+CREATE ROLE lockfence_noinh NOINHERIT IN ROLE lockfence_app;
+SELECT lockfence.revoke_usage('lockfence_noinh');
+\echo :LAST_ERROR_SQLSTATE
+DROP ROLE lockfence_noinh;
 GRANT EXECUTE ON FUNCTION lockfence.lease_release(text, bigint) TO PUBLIC;
 SELECT lockfence.revoke_usage('lockfence_app2', etcd => false);
 \echo :LAST_ERROR_SQLSTATE

@@ -718,6 +718,25 @@ is(q1($coord, q{SELECT string_agg(finding || ': ' || detail || ' / ' || hint, E'
 succeeds($coord, 'SELECT lockfence.raise_floor(4000)', 'the hint raises it again');
 is(q1($coord, q{SELECT count(*) FROM lockfence.check() WHERE finding = 'citus_floor_uneven'}),
 	'0', 'and check() reports no uneven floor');
+# A fence of a new name holds its node's lockfence.floor_state until its
+# transaction ends; a raise_floor() later in that transaction has the node
+# record the floor in a transaction of its own, which waits for it, unseen
+# by any deadlock detector: it gives up at lock_timeout (10 s unset) with
+# 55000, rather than waiting for good (a review).
+my ($new_res) = grep {
+	q1($coord, "SELECT count(*) FROM lockfence.fences WHERE resource = '$_'") eq '0'
+} map { "floor-new-$_" } 1 .. 40;
+refused($coord, "BEGIN;\nSET LOCAL lock_timeout = '1s';\nSELECT lockfence.fence('$new_res', 5000);\nSELECT lockfence.raise_floor(6000);",
+	'55000', qr/could not raise the fence floor on Citus node .*lock timeout/s,
+	"raise_floor() after a fence of a new name in the same transaction fails at lock_timeout (55000)");
+my $new_node = node_of_shard(shard_of('lockfence.fences', $new_res));
+is(q1($new_node, 'SELECT max(floor) FROM lockfence.floor_state'), '4000',
+	'... leaving the floor of ' . $new_node->name . ', where the fence waited, as it was');
+like(q1($coord, q{SELECT string_agg(detail, E'\n') FROM lockfence.check() WHERE finding = 'citus_floor_uneven'}),
+	qr/^Citus node 127\.0\.0\.1:\Q${\ $new_node->port}\E has fence floor 4000, below the 6000 of another node/,
+	'check() reports it below the nodes the failed call raised');
+succeeds($coord, 'SELECT lockfence.raise_floor(6000)', 'raise_floor(6000) again, in a transaction of its own');
+is($floors->(), '6000,6000,6000', 'every node records the floor of 6000');
 
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');
