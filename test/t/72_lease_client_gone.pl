@@ -94,10 +94,23 @@ is($node->safe_psql('postgres', "SELECT holder FROM lockfence.fences WHERE resou
 # killed there; when the fencing transaction commits, the waiter is
 # granted, sees its client gone, and ends, rolling the grant back (1.9;
 # before, it kept the lease for its whole TTL, nobody using it).
-my $old = $node->safe_psql('postgres',
-	"SELECT token FROM lockfence.lease_acquire('gone-locked', '1 s', holder => 'a')");
-my $fencer = S();
-$fencer->query_safe("BEGIN; SELECT lockfence.fence('gone-locked', $old, 'a');");
+# The lease's TTL must outlast the fencer's start and its fence, which a
+# loaded machine can stretch past a second (run b1s50: LF003 at the fence
+# on 17): a lease that expired first is taken again with twice the TTL.
+my ($old, $fencer);
+for my $ttl (1, 2, 4, 8, 16)
+{
+	$old = $node->safe_psql('postgres',
+		"SELECT token FROM lockfence.lease_acquire('gone-locked', '$ttl s', holder => 'a')");
+	$fencer = S();
+	my ($out, $failed) = $fencer->query("BEGIN; SELECT lockfence.fence('gone-locked', $old, 'a');");
+	last unless $failed;
+	like($fencer->{stderr}, qr/LF003: lease for resource "gone-locked" is no longer held/,
+		"the $ttl s lease expired before its fence (a slow machine): taken again");
+	$fencer->quit;
+	$fencer = undef;
+}
+ok(defined $fencer, 'a transaction fenced the lease\'s token');
 ok( eventually(
 		sub {
 			$node->safe_psql('postgres',
