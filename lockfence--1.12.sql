@@ -2121,12 +2121,10 @@ BEGIN
                                           AND pl.groupid OPERATOR(pg_catalog.=) 0))
                     SELECT 'error', 'citus_floor_uneven',
                            pg_catalog.format('%s has fence floor %s, below the %s of another node: a resource without a fence row whose shard moves there loses the floor.',
-                                             coalesce('Citus node ' || f.nodename || ':' || f.nodeport, f.nodename), f.floor,
-                                             (SELECT pg_catalog.max(g.floor) FROM f g)),
-                           pg_catalog.format('SELECT lockfence.raise_floor(%s); raises every node''s floor (1.12).',
-                                             (SELECT pg_catalog.max(g.floor) FROM f g))
-                      FROM f
-                     WHERE f.floor OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(g.floor) FROM f g)
+                                             coalesce('Citus node ' || f.nodename || ':' || f.nodeport, f.nodename), f.floor, m.top),
+                           pg_catalog.format('SELECT lockfence.raise_floor(%s); raises every node''s floor (1.12).', m.top)
+                      FROM f, (SELECT pg_catalog.max(g.floor) AS top FROM f g) AS m
+                     WHERE f.floor OPERATOR(pg_catalog.<) m.top
                      ORDER BY f.nodename, f.nodeport$q$;
             END IF;
         END IF;
