@@ -70,13 +70,15 @@ $s->query_safe("SELECT lockfence.etcd_unlock('$k4')");
 $s->query_safe("SELECT lockfence.etcd_unlock('$k3')");
 
 # --- a lease without locks is not renewed: it expires after its TTL ---------
+# TTL 5: the lease must outlive the unlock and the check that follows it
+# (with TTL 2 a loaded machine could take that long); the poll allows 15 s.
 
-my ($k5, $l5) = lock_row($s, "lockfence.etcd_lock('idle', 2)");
+my ($k5, $l5) = lock_row($s, "lockfence.etcd_lock('idle', 5)");
 $s->query_safe("SELECT lockfence.etcd_unlock('$k5')");
 ok(lease_alive(lease_hex($l5)), 'idle lease alive right after unlock');
 ok(LockfenceTest::EtcdCluster::poll_until(15, sub { !lease_alive(lease_hex($l5)) }),
 	'a lease holding no lock expires by itself after its TTL');
-my ($k6, $l6) = lock_row($s, "lockfence.etcd_lock('idle', 2)");
+my ($k6, $l6) = lock_row($s, "lockfence.etcd_lock('idle', 5)");
 isnt($l6, $l5, 'the next lock with that TTL gets a new lease');
 $s->query_safe("SELECT lockfence.etcd_unlock('$k6')");
 

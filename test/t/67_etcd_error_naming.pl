@@ -193,10 +193,12 @@ $holder->quit;
 	is($self->query_safe("SELECT lockfence.etcd_unlock('$xkey')"), 't', 'longer name released');
 	# another session's lock still reads as before
 	my $other = LockfenceTest::EtcdCluster::session($node);
-	# authenticated first: the 1 s wait is for the lock, not for bcrypt
+	# authenticated first: the wait is for the lock, not for bcrypt.  It
+	# waits $own_wait, as above: a deadline that passes during the requests
+	# before the wait is not yet a wait behind another session's key
 	$other->query_safe("SELECT lockfence.etcd_unlock(key) FROM lockfence.etcd_lock('n6-warm', 30)");
 	$r = LockfenceTest::EtcdCluster::sql_try($other,
-		"SELECT * FROM lockfence.etcd_lock('n6', 30, '1s')");
+		"SELECT * FROM lockfence.etcd_lock('n6', 30, '$own_wait')");
 	is($r->{sqlstate}, '55P03', "another session's lock: 55P03");
 	# (also when the wait_timeout passed during a read of the queue:
 	# "... a read of the lock queue (another session holds the lock ...")
