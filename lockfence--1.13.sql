@@ -673,6 +673,13 @@ BEGIN
                 PERFORM lockfence.check_rows_fenced(a.relid::regclass,
                                                     'ALTER COLUMN ... TYPE ... USING',
                                                     a.attnum, false);
+            ELSIF a.action = 'set expression' THEN
+                -- (1.13) PostgreSQL 17's SET EXPRESSION gives a generated
+                -- column of every row a new value (a stored one is
+                -- rewritten, a virtual one reads it): a write of every row
+                PERFORM lockfence.check_rows_fenced(a.relid::regclass,
+                                                    'ALTER COLUMN ... SET EXPRESSION',
+                                                    a.attnum, false);
             ELSIF a.action = 'alter type' THEN
                 -- without USING the rows are rewritten through a cast, which
                 -- can change what it converts (to name truncates at 63
@@ -2096,6 +2103,15 @@ BEGIN
                     e->>'hint'
                   FROM pg_catalog.json_array_elements(r.result::json) AS e;
             END LOOP;
+            -- (1.13) run_command_on_workers() passes over a disabled node,
+            -- which citus_activate_node() brings back as it was
+            RETURN QUERY EXECUTE $q$
+                SELECT 'warning', 'citus_node_inactive',
+                       pg_catalog.format('Citus node %s:%s is disabled: lockfence.check() did not check it, and raise_floor() fails while it does not answer.', n.nodename, n.nodeport),
+                       'Activate it (citus_activate_node), then run lockfence.check() again and raise the floor if it reports the node below the others; or remove it (citus_remove_node).'
+                  FROM pg_catalog.pg_dist_node AS n
+                 WHERE NOT n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'
+                 ORDER BY n.nodename, n.nodeport$q$;
 
             -- (1.12) A fence row moves with its shard, a node's floor does
             -- not: a node below another's floor gives a resource without a
@@ -2193,6 +2209,9 @@ BEGIN
     -- Those transactions wait for this one's locks unseen by any deadlock
     -- detector (a fence of a new name earlier in it holds the node's
     -- lockfence.floor_state): they wait lock_timeout at most, 10 s unset.
+    -- (1.13) A disabled node too: citus_activate_node() brings it back
+    -- with the shards it may then be given, at the floor it had (a review:
+    -- skipped, it let a token below the floor in after a move there).
     IF raise_floor.resources IS NULL
        AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
@@ -2206,7 +2225,7 @@ BEGIN
             '               pg_catalog.array_agg(n.nodeport ORDER BY n.nodename, n.nodeport) AS ports,'
             '               pg_catalog.array_agg($1) AS commands'
             '          FROM pg_catalog.pg_dist_node n'
-            '         WHERE n.isactive AND n.noderole = ''primary'''
+            '         WHERE n.noderole = ''primary'''
             '           AND n.groupid <> ALL (SELECT groupid FROM pg_catalog.pg_dist_local_group)) AS a,'
             '       pg_catalog.master_run_on_worker(a.names, a.ports, a.commands, true) AS w'
             USING pg_catalog.format(
@@ -2219,7 +2238,7 @@ BEGIN
                 RAISE EXCEPTION 'could not raise the fence floor on Citus node %:%', node.node_name, node.node_port
                     USING ERRCODE = 'object_not_in_prerequisite_state',
                           DETAIL = node.result,
-                          HINT = 'The nodes already raised keep the floor (it only rises): call raise_floor() again once every node answers, in a transaction of its own (a fence of a new name, or a floor raised, earlier in this transaction holds the lock it waits for there).';
+                          HINT = 'The nodes already raised keep the floor (it only rises): call raise_floor() again once every node answers, in a transaction of its own (a fence of a new name, or a floor raised, earlier in this transaction holds the lock it waits for there). A node gone for good, disabled or not, must first be removed (citus_remove_node).';
             END IF;
         END LOOP;
     END IF;

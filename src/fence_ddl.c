@@ -7,7 +7,9 @@
  * Some ALTER TABLE subcommands write rows, or change what a row trigger
  * sees, without firing row triggers: ATTACH PARTITION (rows written while
  * the table was not protected), DETACH PARTITION (drops the cloned row
- * triggers), ALTER COLUMN ... TYPE ... USING (rewrites every row), SET
+ * triggers), ALTER COLUMN ... TYPE ... USING (rewrites every row), (1.13,
+ * PostgreSQL 17) ALTER COLUMN ... SET EXPRESSION (a generated column of
+ * every row recomputed, or, if virtual, read anew), SET
  * DEFAULT and ADD ... IDENTITY (the database, not the writer, then supplies
  * values), and ADD COLUMN (a trigger finds its columns by name: another
  * column under the name would take their place).  So does (1.11) ALTER
@@ -85,6 +87,11 @@ fence_ddl_action(AlterTableCmd *cmd)
 			if (def != NULL && IsA(def, ColumnDef) && def->raw_default != NULL)
 				return "alter type using";
 			return "alter type";
+#if PG_VERSION_NUM >= 170000
+		case AT_SetExpression:
+			/* (1.13) new values for a generated column, every row */
+			return "set expression";
+#endif
 		case AT_AttachPartition:
 			return "attach partition";
 		case AT_DetachPartition:

@@ -33,7 +33,8 @@
 #   4. (1.12) raise_floor() without resources, on the coordinator or a
 #      worker, records the floor on every node, so a resource without a
 #      fence row stays below it when its shard moves; check() on the
-#      coordinator reports a node whose floor is below another's.
+#      coordinator reports a node whose floor is below another's; (1.13)
+#      a disabled node records it too, and check() names it.
 # Plain local tables on Citus nodes work as before (until the fences are
 # distributed).
 #
@@ -737,6 +738,31 @@ like(q1($coord, q{SELECT string_agg(detail, E'\n') FROM lockfence.check() WHERE 
 	'check() reports it below the nodes the failed call raised');
 succeeds($coord, 'SELECT lockfence.raise_floor(6000)', 'raise_floor(6000) again, in a transaction of its own');
 is($floors->(), '6000,6000,6000', 'every node records the floor of 6000');
+
+# (1.13) A disabled node is raised too: citus_activate_node() brings it
+# back as it was, and shards may then move there (a review: skipped, it
+# kept a lower floor, and after activation and a move a token below the
+# floor was accepted there).  While it does not answer, raise_floor()
+# fails; check() names it, since it cannot check it.
+my $w3 = LockfenceTest::Citus::start_node('citus_w3');
+succeeds($coord, "SELECT citus_add_node('127.0.0.1', " . $w3->port . ')', 'a third worker added');
+is(q1($w3, 'SELECT coalesce(max(floor), 0) FROM lockfence.floor_state'), '0', 'it starts at floor 0');
+succeeds($coord, "SELECT citus_disable_node('127.0.0.1', " . $w3->port . ', synchronous => true)',
+	'and is disabled');
+succeeds($coord, 'SELECT lockfence.raise_floor(7000)', 'raise_floor(7000) with a node disabled');
+is(q1($w3, 'SELECT max(floor) FROM lockfence.floor_state'), '7000', 'the disabled node records the floor too');
+is(q1($coord, q{SELECT severity || ' ' || finding || ': ' || detail FROM lockfence.check() WHERE finding = 'citus_node_inactive'}),
+	'warning citus_node_inactive: Citus node 127.0.0.1:' . $w3->port
+	  . ' is disabled: lockfence.check() did not check it, and raise_floor() fails while it does not answer.',
+	'check() on the coordinator names the disabled node');
+$w3->stop('fast');
+refused($coord, 'SELECT lockfence.raise_floor(8000)', '55000',
+	qr/could not raise the fence floor on Citus node 127\.0\.0\.1:\Q${\ $w3->port}\E/,
+	'raise_floor() fails while the disabled node does not answer (55000)');
+is($floors->(), '7000,8000,8000', '... the nodes that answered first keep the new floor (it only rises), the coordinator does not record it');
+succeeds($coord, "SELECT citus_remove_node('127.0.0.1', " . $w3->port . ')', 'the node removed');
+succeeds($coord, 'SELECT lockfence.raise_floor(8000)', 'raise_floor(8000) once it is removed');
+is($floors->(), '8000,8000,8000', 'every node records the floor of 8000');
 
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');

@@ -76,12 +76,34 @@ sub start_cluster
 {
 	my ($name, $nworkers) = @_;
 	use_tcp();
-	my @nodes;
-	for my $i (0 .. $nworkers)
+	my @nodes = map { start_node($_ == 0 ? "${name}_coord" : "${name}_w$_") } 0 .. $nworkers;
+	my ($coord, @workers) = @nodes;
+	$coord->safe_psql('postgres',
+		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
+	for my $w (@workers)
 	{
-		my $n = PostgreSQL::Test::Cluster->new($i == 0 ? "${name}_coord" : "${name}_w$i");
-		init_node($n);
-		$n->append_conf('postgresql.conf', <<'EOF');
+		$coord->safe_psql('postgres',
+			"SELECT citus_add_node('127.0.0.1', " . $w->port . ')');
+	}
+	return @nodes;
+}
+
+=pod
+
+=item start_node(name)
+
+A server named name that preloads citus and lockfence, started, with the
+citus extension created: a node for start_cluster(), or one a test adds
+to the cluster itself (citus_add_node on the coordinator).
+
+=cut
+
+sub start_node
+{
+	my ($name) = @_;
+	my $n = PostgreSQL::Test::Cluster->new($name);
+	init_node($n);
+	$n->append_conf('postgresql.conf', <<'EOF');
 shared_preload_libraries = 'citus,lockfence'
 max_prepared_transactions = 50
 max_connections = 100
@@ -92,19 +114,9 @@ log_min_messages = warning
 citus.shard_count = 4
 citus.shard_replication_factor = 1
 EOF
-		$n->start;
-		$n->safe_psql('postgres', 'CREATE EXTENSION citus');
-		push @nodes, $n;
-	}
-	my ($coord, @workers) = @nodes;
-	$coord->safe_psql('postgres',
-		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
-	for my $w (@workers)
-	{
-		$coord->safe_psql('postgres',
-			"SELECT citus_add_node('127.0.0.1', " . $w->port . ')');
-	}
-	return @nodes;
+	$n->start;
+	$n->safe_psql('postgres', 'CREATE EXTENSION citus');
+	return $n;
 }
 
 =pod
