@@ -178,4 +178,27 @@ lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 	ReadRecentBuffer((rel)->rd_node, MAIN_FORKNUM, (blkno), (recent_buffer))
 #endif
 
+/*
+ * ALTER TABLE subcommands.  fence_ddl_action() (fence_ddl.c) names those
+ * that write rows without firing row triggers; a subcommand it does not
+ * know passes unchecked (17's SET EXPRESSION did, until 1.13).  So the
+ * number of the last one, AT_ReAddStatistics, is pinned for each major the
+ * list was read against, and a major that adds or removes one fails to
+ * build until fence_ddl_action() has been checked against its list.  16
+ * (15's list without the five Recurse variants) is not built here, so it
+ * is not pinned.
+ */
+#if PG_VERSION_NUM >= 180000
+#define LF_AT_LAST_REVIEWED 65		/* 17's without AT_CheckNotNull */
+#elif PG_VERSION_NUM >= 170000
+#define LF_AT_LAST_REVIEWED 66
+#define LF_HAVE_AT_SET_EXPRESSION 1
+#elif PG_VERSION_NUM < 160000
+#define LF_AT_LAST_REVIEWED 70
+#define LF_HAVE_AT_RECURSE_VARIANTS 1
+#endif
+#if PG_VERSION_NUM >= 180000
+#define LF_HAVE_AT_SET_EXPRESSION 1
+#endif
+
 #endif							/* LOCKFENCE_COMPAT_H */

@@ -56,8 +56,22 @@ PG_FUNCTION_INFO_V1(lockfence_alter_table_actions);
 PG_FUNCTION_INFO_V1(lockfence_check_ddl_isolation);
 
 /*
+ * A major that adds or removes ALTER TABLE subcommands fails to build here
+ * until fence_ddl_action() has been checked against its list (compat.h).
+ */
+#ifdef LF_AT_LAST_REVIEWED
+StaticAssertDecl(AT_ReAddStatistics == LF_AT_LAST_REVIEWED,
+				 "this PostgreSQL major changed the ALTER TABLE subcommands: check fence_ddl_action() against them, then LF_AT_LAST_REVIEWED in compat.h");
+#endif
+
+/*
  * The lockfence name of an ALTER TABLE subcommand that matters to fenced
  * tables, or NULL for one that does not.
+ *
+ * Every other subcommand leaves the rows' values as they are (a rewrite by
+ * SET ACCESS METHOD, SET TABLESPACE or SET LOGGED copies them); what else
+ * may weaken a protection (a trigger disabled, a column a trigger names
+ * dropped or renamed, inheritance) is judged elsewhere, from the catalogs.
  */
 static const char *
 fence_ddl_action(AlterTableCmd *cmd)
@@ -72,7 +86,7 @@ fence_ddl_action(AlterTableCmd *cmd)
 		case AT_AddIdentity:
 			return "add identity";
 		case AT_AddColumn:
-#if PG_VERSION_NUM < 160000
+#ifdef LF_HAVE_AT_RECURSE_VARIANTS
 		case AT_AddColumnRecurse:
 #endif
 			/* its default, and (1.10) its name: not one a trigger names */
@@ -87,7 +101,7 @@ fence_ddl_action(AlterTableCmd *cmd)
 			if (def != NULL && IsA(def, ColumnDef) && def->raw_default != NULL)
 				return "alter type using";
 			return "alter type";
-#if PG_VERSION_NUM >= 170000
+#ifdef LF_HAVE_AT_SET_EXPRESSION
 		case AT_SetExpression:
 			/* (1.13) new values for a generated column, every row */
 			return "set expression";
