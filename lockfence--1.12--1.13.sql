@@ -188,7 +188,9 @@ BEGIN
     -- lockfence.floor_state): they wait lock_timeout at most, 10 s unset.
     -- (1.13) A disabled node too: citus_activate_node() brings it back
     -- with the shards it may then be given, at the floor it had (a review:
-    -- skipped, it let a token below the floor in after a move there).
+    -- skipped, it let a token below the floor in after a move there).  One
+    -- never activated (citus_add_inactive_node) may not have lockfence
+    -- yet; activation creates it at floor 0, as for a node added later.
     IF raise_floor.resources IS NULL
        AND EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus') THEN
         EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition'
@@ -200,7 +202,8 @@ BEGIN
             'SELECT w.node_name, w.node_port, w.success, w.result'
             '  FROM (SELECT pg_catalog.array_agg(n.nodename ORDER BY n.nodename, n.nodeport) AS names,'
             '               pg_catalog.array_agg(n.nodeport ORDER BY n.nodename, n.nodeport) AS ports,'
-            '               pg_catalog.array_agg($1) AS commands'
+            '               pg_catalog.array_agg(CASE WHEN n.isactive THEN $1 ELSE $2 END'
+            '                                    ORDER BY n.nodename, n.nodeport) AS commands'
             '          FROM pg_catalog.pg_dist_node n'
             '         WHERE n.noderole = ''primary'''
             '           AND n.groupid <> ALL (SELECT groupid FROM pg_catalog.pg_dist_local_group)) AS a,'
@@ -209,7 +212,14 @@ BEGIN
                 'SELECT lockfence.floor_record(%s) FROM (SELECT pg_catalog.set_config(''lock_timeout'', %L, true)) AS t',
                 raise_floor.floor,
                 CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
-                     ELSE pg_catalog.current_setting('lock_timeout') END)
+                     ELSE pg_catalog.current_setting('lock_timeout') END),
+                  pg_catalog.format(
+                'DO $r$BEGIN IF pg_catalog.to_regnamespace(''lockfence'') IS NOT NULL THEN'
+                ' PERFORM pg_catalog.set_config(''lock_timeout'', %L, true);'
+                ' PERFORM lockfence.floor_record(%s); END IF; END$r$',
+                CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
+                     ELSE pg_catalog.current_setting('lock_timeout') END,
+                raise_floor.floor)
         LOOP
             IF NOT node.success THEN
                 RAISE EXCEPTION 'could not raise the fence floor on Citus node %:%', node.node_name, node.node_port
@@ -867,8 +877,8 @@ BEGIN
             -- which citus_activate_node() brings back as it was
             RETURN QUERY EXECUTE $q$
                 SELECT 'warning', 'citus_node_inactive',
-                       pg_catalog.format('Citus node %s:%s is disabled: lockfence.check() did not check it, and raise_floor() fails while it does not answer.', n.nodename, n.nodeport),
-                       'Activate it (citus_activate_node), then run lockfence.check() again and raise the floor if it reports the node below the others; or remove it (citus_remove_node).'
+                       pg_catalog.format('Citus node %s:%s is disabled: lockfence.check() did not check it.', n.nodename, n.nodeport),
+                       'Activate it (citus_activate_node) and run lockfence.check() again (raise the floor if it reports the node below the others), or remove it (citus_remove_node). With the fences distributed, raise_floor() fails while a disabled node with lockfence does not answer.'
                   FROM pg_catalog.pg_dist_node AS n
                  WHERE NOT n.isactive AND n.noderole OPERATOR(pg_catalog.=) 'primary'
                  ORDER BY n.nodename, n.nodeport$q$;

@@ -49,6 +49,12 @@ SELECT lockfence.fence('a', 7);
 ALTER TABLE pacct ALTER COLUMN balance SET EXPRESSION AS (amount * 1000);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+-- on a partition itself, too: its rows' resources
+BEGIN;
+SELECT lockfence.fence('a', 7);
+ALTER TABLE pacct_b ALTER COLUMN balance SET EXPRESSION AS (amount * 1000);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 BEGIN;
 SELECT lockfence.fence(ARRAY['a', 'b'], 7);
 ALTER TABLE pacct ALTER COLUMN balance SET EXPRESSION AS (amount + 1);

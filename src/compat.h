@@ -183,8 +183,8 @@ lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
  * that write rows without firing row triggers; a subcommand it does not
  * know passes unchecked (17's SET EXPRESSION did, until 1.13).  So the
  * number of the last one, AT_ReAddStatistics, is pinned for each major the
- * list was read against, and a major that adds or removes one fails to
- * build until fence_ddl_action() has been checked against its list.  16
+ * list was read against, and a major whose list is longer or shorter fails
+ * to build until fence_ddl_action() has been checked against it.  16
  * (15's list without the five Recurse variants) is not built here, so it
  * is not pinned.
  */

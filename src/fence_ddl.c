@@ -56,8 +56,10 @@ PG_FUNCTION_INFO_V1(lockfence_alter_table_actions);
 PG_FUNCTION_INFO_V1(lockfence_check_ddl_isolation);
 
 /*
- * A major that adds or removes ALTER TABLE subcommands fails to build here
- * until fence_ddl_action() has been checked against its list (compat.h).
+ * A major with another number of ALTER TABLE subcommands fails to build
+ * here until fence_ddl_action() has been checked against its list
+ * (compat.h): a tripwire, which a major that adds one and removes another
+ * passes.
  */
 #ifdef LF_AT_LAST_REVIEWED
 StaticAssertDecl(AT_ReAddStatistics == LF_AT_LAST_REVIEWED,
@@ -69,7 +71,9 @@ StaticAssertDecl(AT_ReAddStatistics == LF_AT_LAST_REVIEWED,
  * tables, or NULL for one that does not.
  *
  * Every other subcommand leaves the rows' values as they are (a rewrite by
- * SET ACCESS METHOD, SET TABLESPACE or SET LOGGED copies them); what else
+ * SET ACCESS METHOD, SET TABLESPACE or SET LOGGED copies them; the OPTIONS
+ * of a foreign table, which can change what its rows read, concern no
+ * protected table: lockfence refuses to protect one); what else
  * may weaken a protection (a trigger disabled, a column a trigger names
  * dropped or renamed, inheritance) is judged elsewhere, from the catalogs.
  */
