@@ -147,7 +147,7 @@ citus_guard_invalidate(Datum arg, Oid relid)
  * Is Citus installed in this database?  Valid for the next call only if
  * the lookups succeeded and no invalidation arrived meanwhile.
  */
-static bool
+bool
 lockfence_citus_present(void)
 {
 	uint64		seen = citus_invalidations;
@@ -255,8 +255,8 @@ lockfence_citus_partition(Oid relid, CitusPartition *part)
  * after its table with "_SHARDID" appended (a long name is shortened
  * first), in the table's schema; the shard id must be in pg_dist_shard.
  */
-static Oid
-citus_guard_shard_owner(Relation rel)
+Oid
+lockfence_citus_shard_owner(Relation rel)
 {
 	const char *relname = RelationGetRelationName(rel);
 	const char *suffix = strrchr(relname, '_');
@@ -446,7 +446,7 @@ lockfence_citus_guard_relation(Relation rel, const char *resource_column,
 	owner = relid;
 	if (!lockfence_citus_partition(relid, &part))
 	{
-		owner = citus_guard_shard_owner(rel);
+		owner = lockfence_citus_shard_owner(rel);
 		if (OidIsValid(owner) && !lockfence_citus_partition(owner, &part))
 			citus_guard_refuse(rel, owner, "Its table is not in pg_dist_partition.",
 							   CITUS_GUARD_HINT);

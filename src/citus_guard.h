@@ -41,6 +41,18 @@ extern void lockfence_citus_guard_relation(Relation rel,
  */
 extern void lockfence_citus_guard_fences(void);
 
+/*
+ * The Citus table whose shard rel is (by its name and pg_dist_shard), or
+ * InvalidOid.
+ */
+extern Oid	lockfence_citus_shard_owner(Relation rel);
+
+/* Is Citus installed in this database (cached)? */
+extern bool lockfence_citus_present(void);
+
+/* The TRUNCATE guard for shards (citus_truncate.c), from _PG_init. */
+extern void citus_truncate_init(void);
+
 /* Is lockfence.fences hash-distributed by resource (citus_distribute)? */
 extern bool lockfence_citus_fences_distributed(void);
 

@@ -62,4 +62,10 @@ typedef struct FenceTriggerConfig
  */
 extern FenceTriggerConfig *fence_trigger_config(Trigger *trigger, Relation rel);
 
+/*
+ * Is funcoid lockfence.fence_trigger()?  (By name in the extension's
+ * schema.)
+ */
+extern bool lockfence_is_fence_trigger_function(Oid funcoid);
+
 #endif							/* LOCKFENCE_FENCE_TRIGGER_H */

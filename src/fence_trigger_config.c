@@ -612,8 +612,8 @@ fence_trigger_config(Trigger *trigger, Relation rel)
  * Is funcoid lockfence.fence_trigger()?  (By name in the extension's
  * schema: a replacement of it by other code is check()'s to report.)
  */
-static bool
-is_fence_trigger_function(Oid funcoid)
+bool
+lockfence_is_fence_trigger_function(Oid funcoid)
 {
 	char	   *name = get_func_name(funcoid);
 
@@ -669,7 +669,7 @@ lockfence_check_trigger(PG_FUNCTION_ARGS)
 		if (trigger->tgoid != tgoid)
 			continue;
 		/* judged as lockfence's, another trigger's misuse would be named */
-		if (!is_fence_trigger_function(trigger->tgfoid))
+		if (!lockfence_is_fence_trigger_function(trigger->tgfoid))
 			ereport(ERROR,
 					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 					 errmsg("trigger \"%s\" on table \"%s\" is not a lockfence trigger",

@@ -4,9 +4,11 @@
  *	  Module initialization of the lockfence extension.
  *
  * The fence itself needs no preloading: _PG_init only registers the
- * per-transaction cache callbacks, the configuration parameters and a
- * utility hook that ends the session's etcd locks after DISCARD ALL
- * (etcd_session.c; a backend holding one has loaded the library).  It
+ * per-transaction cache callbacks, the configuration parameters and two
+ * utility hooks: one ends the session's etcd locks after DISCARD ALL
+ * (etcd_session.c; a backend holding one has loaded the library), the
+ * other (1.13) refuses TRUNCATE of a protected table's Citus shard
+ * (citus_truncate.c; Citus needs lockfence preloaded on every node).  It
  * installs no executor hook, so that nothing the trigger decides depends
  * on whether the library was loaded before or during a statement.  The
  * metrics (metrics.c) need shared memory, so they exist only when the
@@ -23,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "citus_guard.h"
 #include "ddl_guard.h"
 #include "fence_fastpath.h"
 #include "lockfence.h"
@@ -53,6 +56,7 @@ _PG_init(void)
 	lockfence_metrics_init();
 	lockfence_etcd_init();
 	ddl_guard_init();
+	citus_truncate_init();
 	lease_wait_init();
 	lockfence_shmem_init();
 

@@ -15,7 +15,8 @@
 #      (fence 5 and write 5, fence 7 as a new holder, write 6 through the
 #      coordinator) is refused with LF001, and so is every stale or
 #      tokenless write, through the coordinator, through a worker and
-#      straight into a shard.  What lockfence cannot check where the rows
+#      straight into a shard ((1.13) TRUNCATE of a shard too).  What
+#      lockfence cannot check where the rows
 #      are is refused with 0A000: reference tables, Citus local tables,
 #      tables not distributed by the resource column or not co-located
 #      with the fences, a fence whose shard is on another node (a call
@@ -314,6 +315,13 @@ refused($acme_node, "INSERT INTO orders_$acme_oshard (tenant, id) VALUES ('acme'
 	'LF002', qr/carries no fencing token/, 'a tokenless write straight into the shard is refused');
 refused($acme_node, "UPDATE orders_$acme_oshard SET qty = 9, token = 6",
 	'LF001', $stale_re, 'a stale UPDATE straight into the shard is refused');
+# (1.13) Citus copies no TRUNCATE trigger to the shards, and lets a session
+# that sets citus.enable_manual_changes_to_shards (any role may) truncate
+# one: lockfence's utility hook refuses it, and the rows stay (a review).
+refused($acme_node,
+	[ 'SET citus.enable_manual_changes_to_shards = on', "TRUNCATE orders_$acme_oshard" ],
+	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
+	'TRUNCATE of the shard with citus.enable_manual_changes_to_shards on is refused (0A000)');
 refused($coord, q{DELETE FROM orders WHERE tenant = 'acme'},
 	'LF002', qr/carries no fencing token/, 'an unfenced DELETE through the coordinator is refused');
 refused($coord, q{UPDATE orders SET qty = 9},
