@@ -251,14 +251,14 @@ lockfence_citus_partition(Oid relid, CitusPartition *part)
 }
 
 /*
- * The Citus table whose shard rel is, or InvalidOid.  A shard is named
- * after its table with "_SHARDID" appended (a long name is shortened
- * first), in the table's schema; the shard id must be in pg_dist_shard.
+ * The Citus table whose shard the table relname in schema nspid is, or
+ * InvalidOid.  A shard is named after its table with "_SHARDID" appended
+ * (a long name is shortened first), in the table's schema; the shard id
+ * must be in pg_dist_shard.
  */
 Oid
-lockfence_citus_shard_owner(Relation rel)
+lockfence_citus_shard_owner(const char *relname, Oid nspid)
 {
-	const char *relname = RelationGetRelationName(rel);
 	const char *suffix = strrchr(relname, '_');
 	const char *p;
 	int64		shardid;
@@ -296,8 +296,7 @@ lockfence_citus_shard_owner(Relation rel)
 	table_close(shardrel, AccessShareLock);
 
 	/* Same schema: a shard id alone may be a local table's suffix. */
-	if (OidIsValid(owner) &&
-		get_rel_namespace(owner) != RelationGetNamespace(rel))
+	if (OidIsValid(owner) && get_rel_namespace(owner) != nspid)
 		owner = InvalidOid;
 	return owner;
 }
@@ -446,7 +445,8 @@ lockfence_citus_guard_relation(Relation rel, const char *resource_column,
 	owner = relid;
 	if (!lockfence_citus_partition(relid, &part))
 	{
-		owner = lockfence_citus_shard_owner(rel);
+		owner = lockfence_citus_shard_owner(RelationGetRelationName(rel),
+											RelationGetNamespace(rel));
 		if (OidIsValid(owner) && !lockfence_citus_partition(owner, &part))
 			citus_guard_refuse(rel, owner, "Its table is not in pg_dist_partition.",
 							   CITUS_GUARD_HINT);

@@ -42,10 +42,10 @@ extern void lockfence_citus_guard_relation(Relation rel,
 extern void lockfence_citus_guard_fences(void);
 
 /*
- * The Citus table whose shard rel is (by its name and pg_dist_shard), or
- * InvalidOid.
+ * The Citus table whose shard the table relname in schema nspid is (by its
+ * name and pg_dist_shard), or InvalidOid.
  */
-extern Oid	lockfence_citus_shard_owner(Relation rel);
+extern Oid	lockfence_citus_shard_owner(const char *relname, Oid nspid);
 
 /* Is Citus installed in this database (cached)? */
 extern bool lockfence_citus_present(void);

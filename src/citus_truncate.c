@@ -6,22 +6,25 @@
  * Citus copies a distributed table's row triggers to its shards, so every
  * row written straight into a shard is fenced; it does not copy the
  * TRUNCATE trigger (shards made by a split are the exception).  Citus
- * refuses a TRUNCATE of a shard itself, unless the session has set
- * citus.enable_manual_changes_to_shards, which any role may: a role
- * granted TRUNCATE on a protected distributed table could then empty its
- * shards on a worker without a token (a review, 1.12).  A protected
- * distributed table is fenced by its resource column, row by row, and
- * TRUNCATE of such a table is refused outright (0A000): so is TRUNCATE of
- * its shards while that setting is on.
+ * refuses a TRUNCATE of a shard itself only outside what it takes for its
+ * own backends (by application_name, which any role may set) and unless
+ * the session has set citus.enable_manual_changes_to_shards (which any
+ * role may): a role granted TRUNCATE on a protected distributed table
+ * could empty its shards on a worker without a token (reviews, 1.12 and
+ * 1.13).  A protected distributed table is fenced by its resource column,
+ * row by row, and TRUNCATE of such a table is refused outright (0A000): so
+ * is TRUNCATE of its shards, whatever the settings.  Citus' own shard
+ * operations (moves, splits, rebalancing, cleanup) do not truncate a
+ * protected table's shards (a review ran them with the check active).
  *
  * This is a utility hook, unlike lockfence's other guards (event triggers,
  * which work without preloading): TRUNCATE fires no event trigger, and no
  * trigger on the shard.  Citus needs lockfence in shared_preload_libraries
- * on every node anyway (docs/citus.md), so the hook is there.  It checks
- * after the TRUNCATE ran, holding the locks the TRUNCATE took, and its
- * error undoes it with the transaction (or the subtransaction).  Citus'
- * own backends, which may truncate shards without the setting, are not
- * affected.
+ * on every node anyway (docs/citus.md), so the hook is there.  It judges
+ * before the TRUNCATE runs, from the catalogs, with the names resolved as
+ * TRUNCATE is about to resolve them: after it, the statement's own
+ * TRUNCATE triggers (on another table it names) would have run user code
+ * that can change the settings or the search path the check reads.
  *
  * IDENTIFICATION
  *	  src/citus_truncate.c
@@ -30,7 +33,9 @@
  */
 #include "postgres.h"
 
-#include "access/relation.h"
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/heap.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
@@ -38,52 +43,57 @@
 #include "commands/trigger.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
-#include "utils/guc.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
 
 #include "citus_guard.h"
 #include "fence_trigger.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
-/* Does rel have a lockfence row trigger (copied by Citus to its shards)? */
+/*
+ * Does table relid have a lockfence row trigger (as Citus copies it to a
+ * protected table's shards), enabled or not?  Read from pg_trigger: the
+ * table is not locked yet.
+ */
 static bool
-has_fence_row_trigger(Relation rel)
+has_fence_row_trigger(Oid relid)
 {
-	TriggerDesc *trigdesc = rel->trigdesc;
+	Relation	tgrel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	bool		found = false;
 
-	if (trigdesc == NULL)
-		return false;
-	for (int i = 0; i < trigdesc->numtriggers; i++)
+	tgrel = table_open(TriggerRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_trigger_tgrelid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(tgrel, TriggerRelidNameIndexId, true, NULL,
+							  1, &key);
+	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
 	{
-		Trigger    *trigger = &trigdesc->triggers[i];
+		Form_pg_trigger trigger = (Form_pg_trigger) GETSTRUCT(tuple);
 
-		if (TRIGGER_FOR_ROW(trigger->tgtype) &&
-			lockfence_is_fence_trigger_function(trigger->tgfoid))
-			return true;
+		found = TRIGGER_FOR_ROW(trigger->tgtype) &&
+			lockfence_is_fence_trigger_function(trigger->tgfoid);
 	}
-	return false;
+	systable_endscan(scan);
+	table_close(tgrel, AccessShareLock);
+	return found;
 }
 
 /*
- * Refuse the TRUNCATE that just ran if it emptied a shard of a protected
- * table: one of the tables it named, their partitions, and (CASCADE) the
- * tables referencing them, as TRUNCATE itself finds them.  TRUNCATE holds
- * them in ACCESS EXCLUSIVE mode by now; the lock taken here to read them
- * only counts once more.
+ * Refuse a TRUNCATE that would empty a shard of a protected table: one of
+ * the tables it names, their partitions (unless ONLY), and with CASCADE
+ * the tables referencing them, found as TRUNCATE finds them.
  */
 static void
-refuse_truncated_shards(TruncateStmt *stmt)
+refuse_shard_truncate(TruncateStmt *stmt)
 {
-	const char *manual;
 	List	   *relids = NIL;
 	ListCell   *lc;
 
 	if (!lockfence_citus_present())
-		return;
-	manual = GetConfigOption("citus.enable_manual_changes_to_shards", true, false);
-	if (manual == NULL || strcmp(manual, "on") != 0)
 		return;
 
 	foreach(lc, stmt->relations)
@@ -92,7 +102,7 @@ refuse_truncated_shards(TruncateStmt *stmt)
 		Oid			relid = RangeVarGetRelid(rv, NoLock, true);
 
 		if (!OidIsValid(relid))
-			continue;
+			continue;			/* TRUNCATE reports it */
 		if (rv->inh)
 			relids = list_concat_unique_oid(relids,
 											find_all_inheritors(relid, NoLock, NULL));
@@ -103,10 +113,10 @@ refuse_truncated_shards(TruncateStmt *stmt)
 	{
 		for (;;)
 		{
-			List	   *referencing = heap_truncate_find_FKs(relids);
 			int			before = list_length(relids);
 
-			relids = list_concat_unique_oid(relids, referencing);
+			relids = list_concat_unique_oid(relids,
+											heap_truncate_find_FKs(relids));
 			if (list_length(relids) == before)
 				break;
 		}
@@ -114,18 +124,20 @@ refuse_truncated_shards(TruncateStmt *stmt)
 
 	foreach(lc, relids)
 	{
-		Relation	rel = relation_open(lfirst_oid(lc), AccessShareLock);
+		Oid			relid = lfirst_oid(lc);
+		char	   *relname = get_rel_name(relid);
 		Oid			table;
 
-		if (has_fence_row_trigger(rel) &&
-			OidIsValid(table = lockfence_citus_shard_owner(rel)))
+		if (relname == NULL || !has_fence_row_trigger(relid))
+			continue;
+		table = lockfence_citus_shard_owner(relname, get_rel_namespace(relid));
+		if (OidIsValid(table))
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("cannot truncate shard \"%s\" of protected table \"%s\"",
-							RelationGetRelationName(rel), get_rel_name(table)),
+							relname, get_rel_name(table)),
 					 errdetail("TRUNCATE fires no lockfence trigger on a shard: it would empty the shard without a fencing token."),
 					 errhint("Delete the rows with DELETE, which is fenced row by row.")));
-		relation_close(rel, AccessShareLock);
 	}
 }
 
@@ -135,14 +147,14 @@ citus_truncate_process_utility(PlannedStmt *pstmt, const char *queryString,
 							   ParamListInfo params, QueryEnvironment *queryEnv,
 							   DestReceiver *dest, QueryCompletion *qc)
 {
+	if (IsA(pstmt->utilityStmt, TruncateStmt))
+		refuse_shard_truncate((TruncateStmt *) pstmt->utilityStmt);
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context,
 							 params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
-	if (IsA(pstmt->utilityStmt, TruncateStmt))
-		refuse_truncated_shards((TruncateStmt *) pstmt->utilityStmt);
 }
 
 /* Install the hook (from _PG_init). */

@@ -257,6 +257,22 @@ refused($coord, "SELECT lockfence.protect('pfx', resource_column => 'tenant', re
 refused($coord, "SELECT lockfence.protect('pfx', resource => 'one', token_column => 'token')",
 	'0A000', qr/lockfence cannot protect Citus table "pfx".*resource must be its distribution column/s,
 	'protect() with a fixed resource on a distributed table is refused');
+# (1.13) A partitioned distributed table: Citus attaches its partitions'
+# shards anew when it moves them, which lockfence refuses (a review: moves
+# failed; before, protect() failed inside Citus with XX000).
+succeeds($coord, q{CREATE TABLE parted (tenant text, id int, token bigint) PARTITION BY RANGE (id)},
+	'parted created');
+succeeds($coord, q{CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)}, 'with a partition');
+succeeds($coord, "SELECT create_distributed_table('parted', 'tenant', colocate_with => 'lockfence.fences')",
+	'parted distributed by tenant, co-located');
+refused($coord, "SELECT lockfence.protect('parted', resource_column => 'tenant', token_column => 'token')",
+	'0A000', qr/lockfence cannot protect partitioned Citus table "public\.parted"/,
+	'protect() on a partitioned distributed table is refused (0A000)');
+refused($coord, "SELECT lockfence.protect('parted_1', resource_column => 'tenant', token_column => 'token')",
+	'0A000', qr/lockfence cannot protect partitioned Citus table "public\.parted_1"/,
+	'... and on one of its partitions');
+# (without a replica identity it would stop the logical rebalance below)
+succeeds($coord, 'DROP TABLE parted', 'parted dropped');
 succeeds($coord, sprintf($table, 'apart'), 'apart created');
 succeeds($coord, "SELECT create_distributed_table('apart', 'tenant', shard_count => 8)",
 	'apart distributed by tenant in 8 shards (another co-location group)');
@@ -322,6 +338,26 @@ refused($acme_node,
 	[ 'SET citus.enable_manual_changes_to_shards = on', "TRUNCATE orders_$acme_oshard" ],
 	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
 	'TRUNCATE of the shard with citus.enable_manual_changes_to_shards on is refused (0A000)');
+# Whatever the settings: Citus lets what it takes for its own backends (by
+# application_name, which any role may set) truncate a shard; and the
+# check runs before the TRUNCATE, since a TRUNCATE trigger of another table
+# it names runs user code that can change the setting or the search path
+# (a review: both emptied the shard).
+refused($acme_node,
+	[ q{SET application_name = 'citus_internal gpid=10000000001'}, "TRUNCATE orders_$acme_oshard" ],
+	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
+	'TRUNCATE of the shard under a Citus-internal application_name is refused (0A000)');
+refused($acme_node,
+	[
+		'SET citus.enable_ddl_propagation = off',
+		'CREATE TEMP TABLE decoy (x int)',
+		q{CREATE FUNCTION pg_temp.manual_off() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM set_config('citus.enable_manual_changes_to_shards', 'off', false); RETURN NULL; END$$},
+		'CREATE TRIGGER decoy_off BEFORE TRUNCATE ON pg_temp.decoy EXECUTE FUNCTION pg_temp.manual_off()',
+		'SET citus.enable_manual_changes_to_shards = on',
+		"TRUNCATE pg_temp.decoy, orders_$acme_oshard"
+	],
+	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
+	'TRUNCATE of the shard beside a table whose TRUNCATE trigger turns the setting off is refused (0A000)');
 refused($coord, q{DELETE FROM orders WHERE tenant = 'acme'},
 	'LF002', qr/carries no fencing token/, 'an unfenced DELETE through the coordinator is refused');
 refused($coord, q{UPDATE orders SET qty = 9},
