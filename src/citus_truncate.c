@@ -17,14 +17,17 @@
  * operations (moves, splits, rebalancing, cleanup) do not truncate a
  * protected table's shards (a review ran them with the check active).
  *
- * This is a utility hook, unlike lockfence's other guards (event triggers,
- * which work without preloading): TRUNCATE fires no event trigger, and no
- * trigger on the shard.  Citus needs lockfence in shared_preload_libraries
- * on every node anyway (docs/citus.md), so the hook is there.  It judges
- * before the TRUNCATE runs, from the catalogs, with the names resolved as
- * TRUNCATE is about to resolve them: after it, the statement's own
- * TRUNCATE triggers (on another table it names) would have run user code
- * that can change the settings or the search path the check reads.
+ * TRUNCATE fires no event trigger, and no trigger on the shard, so this
+ * is a hook, unlike lockfence's other guards (event triggers, which work
+ * without preloading): the object access hook, which TRUNCATE calls for
+ * every table it is about to empty (the tables it names, as it resolved
+ * them, their partitions, and with CASCADE the tables referencing them),
+ * before any TRUNCATE trigger runs.  So the check sees what TRUNCATE empties, by OID: no name looked
+ * up apart from TRUNCATE's own (a first version resolved the names in a
+ * utility hook, and a concurrent rename of another table made it check
+ * the wrong one: a review), and no user code has run yet.  Citus needs
+ * lockfence in shared_preload_libraries on every node anyway
+ * (docs/citus.md), so the hook is there.
  *
  * IDENTIFICATION
  *	  src/citus_truncate.c
@@ -36,25 +39,22 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
-#include "catalog/heap.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_inherits.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
-#include "nodes/parsenodes.h"
-#include "tcop/utility.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
 #include "citus_guard.h"
 #include "fence_trigger.h"
 
-static ProcessUtility_hook_type prev_process_utility = NULL;
+static object_access_hook_type prev_object_access = NULL;
 
 /*
  * Does table relid have a lockfence row trigger (as Citus copies it to a
- * protected table's shards), enabled or not?  Read from pg_trigger: the
- * table is not locked yet.
+ * protected table's shards), enabled or not?  Read from pg_trigger: a
+ * table TRUNCATE names is not locked yet when the hook is called.
  */
 static bool
 has_fence_row_trigger(Oid relid)
@@ -83,84 +83,43 @@ has_fence_row_trigger(Oid relid)
 }
 
 /*
- * Refuse a TRUNCATE that would empty a shard of a protected table: one of
- * the tables it names, their partitions (unless ONLY), and with CASCADE
- * the tables referencing them, found as TRUNCATE finds them.
+ * Refuse emptying table relid if it is a shard of a protected table.
  */
 static void
-refuse_shard_truncate(TruncateStmt *stmt)
+refuse_shard_truncate(Oid relid)
 {
-	List	   *relids = NIL;
-	ListCell   *lc;
+	char	   *relname;
+	Oid			table;
 
 	if (!lockfence_citus_present())
 		return;
-
-	foreach(lc, stmt->relations)
-	{
-		RangeVar   *rv = lfirst_node(RangeVar, lc);
-		Oid			relid = RangeVarGetRelid(rv, NoLock, true);
-
-		if (!OidIsValid(relid))
-			continue;			/* TRUNCATE reports it */
-		if (rv->inh)
-			relids = list_concat_unique_oid(relids,
-											find_all_inheritors(relid, NoLock, NULL));
-		else
-			relids = list_append_unique_oid(relids, relid);
-	}
-	if (stmt->behavior == DROP_CASCADE)
-	{
-		for (;;)
-		{
-			int			before = list_length(relids);
-
-			relids = list_concat_unique_oid(relids,
-											heap_truncate_find_FKs(relids));
-			if (list_length(relids) == before)
-				break;
-		}
-	}
-
-	foreach(lc, relids)
-	{
-		Oid			relid = lfirst_oid(lc);
-		char	   *relname = get_rel_name(relid);
-		Oid			table;
-
-		if (relname == NULL || !has_fence_row_trigger(relid))
-			continue;
-		table = lockfence_citus_shard_owner(relname, get_rel_namespace(relid));
-		if (OidIsValid(table))
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot truncate shard \"%s\" of protected table \"%s\"",
-							relname, get_rel_name(table)),
-					 errdetail("TRUNCATE fires no lockfence trigger on a shard: it would empty the shard without a fencing token."),
-					 errhint("Delete the rows with DELETE, which is fenced row by row.")));
-	}
+	relname = get_rel_name(relid);
+	if (relname == NULL || !has_fence_row_trigger(relid))
+		return;
+	table = lockfence_citus_shard_owner(relname, get_rel_namespace(relid));
+	if (OidIsValid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot truncate shard \"%s\" of protected table \"%s\"",
+						relname, get_rel_name(table)),
+				 errdetail("TRUNCATE fires no lockfence trigger on a shard: it would empty the shard without a fencing token."),
+				 errhint("Delete the rows with DELETE, which is fenced row by row.")));
 }
 
 static void
-citus_truncate_process_utility(PlannedStmt *pstmt, const char *queryString,
-							   bool readOnlyTree, ProcessUtilityContext context,
-							   ParamListInfo params, QueryEnvironment *queryEnv,
-							   DestReceiver *dest, QueryCompletion *qc)
+citus_truncate_object_access(ObjectAccessType access, Oid classId,
+							 Oid objectId, int subId, void *arg)
 {
-	if (IsA(pstmt->utilityStmt, TruncateStmt))
-		refuse_shard_truncate((TruncateStmt *) pstmt->utilityStmt);
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context,
-							 params, queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
+	if (prev_object_access)
+		prev_object_access(access, classId, objectId, subId, arg);
+	if (access == OAT_TRUNCATE && classId == RelationRelationId)
+		refuse_shard_truncate(objectId);
 }
 
 /* Install the hook (from _PG_init). */
 void
 citus_truncate_init(void)
 {
-	prev_process_utility = ProcessUtility_hook;
-	ProcessUtility_hook = citus_truncate_process_utility;
+	prev_object_access = object_access_hook;
+	object_access_hook = citus_truncate_object_access;
 }

@@ -4,11 +4,12 @@
  *	  Module initialization of the lockfence extension.
  *
  * The fence itself needs no preloading: _PG_init only registers the
- * per-transaction cache callbacks, the configuration parameters and two
- * utility hooks: one ends the session's etcd locks after DISCARD ALL
- * (etcd_session.c; a backend holding one has loaded the library), the
- * other (1.13) refuses TRUNCATE of a protected table's Citus shard
- * (citus_truncate.c; Citus needs lockfence preloaded on every node).  It
+ * per-transaction cache callbacks, the configuration parameters, a
+ * utility hook that ends the session's etcd locks after DISCARD ALL
+ * (etcd_session.c; a backend holding one has loaded the library) and
+ * (1.13) an object access hook that refuses TRUNCATE of a protected
+ * table's Citus shard (citus_truncate.c; Citus needs lockfence preloaded
+ * on every node).  It
  * installs no executor hook, so that nothing the trigger decides depends
  * on whether the library was loaded before or during a statement.  The
  * metrics (metrics.c) need shared memory, so they exist only when the
