@@ -2193,6 +2193,7 @@ DECLARE
     effective bigint;
     distributed boolean := false;
     node record;
+    node_lock_timeout text;
 BEGIN
     IF raise_floor.floor IS NULL THEN
         RAISE EXCEPTION 'fence floor must not be null'
@@ -2236,6 +2237,8 @@ BEGIN
            INTO distributed;
     END IF;
     IF distributed THEN
+        node_lock_timeout := CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
+                                  ELSE pg_catalog.current_setting('lock_timeout') END;
         FOR node IN EXECUTE
             'SELECT w.node_name, w.node_port, w.success, w.result'
             '  FROM (SELECT pg_catalog.array_agg(n.nodename ORDER BY n.nodename, n.nodeport) AS names,'
@@ -2248,16 +2251,12 @@ BEGIN
             '       pg_catalog.master_run_on_worker(a.names, a.ports, a.commands, true) AS w'
             USING pg_catalog.format(
                 'SELECT lockfence.floor_record(%s) FROM (SELECT pg_catalog.set_config(''lock_timeout'', %L, true)) AS t',
-                raise_floor.floor,
-                CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
-                     ELSE pg_catalog.current_setting('lock_timeout') END),
+                raise_floor.floor, node_lock_timeout),
                   pg_catalog.format(
                 'DO $r$BEGIN IF pg_catalog.to_regnamespace(''lockfence'') IS NOT NULL THEN'
                 ' PERFORM pg_catalog.set_config(''lock_timeout'', %L, true);'
                 ' PERFORM lockfence.floor_record(%s); END IF; END$r$',
-                CASE WHEN pg_catalog.current_setting('lock_timeout') OPERATOR(pg_catalog.=) '0' THEN '10s'
-                     ELSE pg_catalog.current_setting('lock_timeout') END,
-                raise_floor.floor)
+                node_lock_timeout, raise_floor.floor)
         LOOP
             IF NOT node.success THEN
                 RAISE EXCEPTION 'could not raise the fence floor on Citus node %:%', node.node_name, node.node_port

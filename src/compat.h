@@ -192,13 +192,14 @@ lf_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 #define LF_AT_LAST_REVIEWED 65		/* 17's without AT_CheckNotNull */
 #elif PG_VERSION_NUM >= 170000
 #define LF_AT_LAST_REVIEWED 66
-#define LF_HAVE_AT_SET_EXPRESSION 1
 #elif PG_VERSION_NUM < 160000
 #define LF_AT_LAST_REVIEWED 70
-#define LF_HAVE_AT_RECURSE_VARIANTS 1
 #endif
-#if PG_VERSION_NUM >= 180000
+#if PG_VERSION_NUM >= 170000
 #define LF_HAVE_AT_SET_EXPRESSION 1
+#endif
+#if PG_VERSION_NUM < 160000
+#define LF_HAVE_AT_RECURSE_VARIANTS 1
 #endif
 
 #endif							/* LOCKFENCE_COMPAT_H */

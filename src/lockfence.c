@@ -9,9 +9,9 @@
  * (etcd_session.c; a backend holding one has loaded the library) and
  * (1.13) an object access hook that refuses TRUNCATE of a protected
  * table's Citus shard (citus_truncate.c; Citus needs lockfence preloaded
- * on every node).  It
- * installs no executor hook, so that nothing the trigger decides depends
- * on whether the library was loaded before or during a statement.  The
+ * on every node).  It installs no executor hook, so that nothing the
+ * trigger decides depends on whether the library was loaded before or
+ * during a statement.  The
  * metrics (metrics.c) need shared memory, so they exist only when the
  * library is in shared_preload_libraries.
  *
