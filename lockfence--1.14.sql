@@ -1682,6 +1682,46 @@ BEGIN
               WHERE a.roleid OPERATOR(pg_catalog.=) 'pg_write_all_data'::pg_catalog.regrole);
     END IF;
 
+    -- (1.14) pg_maintain (PostgreSQL 17 and later), and MAINTAIN granted
+    -- on a table of lockfence, may LOCK lockfence's tables: a lock on
+    -- lockfence.fences in a transaction left open holds every fence() off
+    -- for as long.  No fence changes, so a warning.
+    IF pg_catalog.to_regrole('pg_maintain') IS NOT NULL THEN
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) INTO roles
+          FROM pg_catalog.pg_roles m
+         WHERE NOT m.rolsuper
+           AND m.rolname OPERATOR(pg_catalog.<>) 'pg_maintain'
+           AND (pg_catalog.pg_has_role(m.oid, 'pg_maintain', 'MEMBER')
+                OR EXISTS (SELECT FROM pg_catalog.pg_class c
+                            WHERE c.relnamespace OPERATOR(pg_catalog.=) 'lockfence'::pg_catalog.regnamespace
+                              AND c.relkind OPERATOR(pg_catalog.=) 'r'
+                              AND NOT pg_catalog.pg_has_role(m.oid, c.relowner, 'USAGE')
+                              AND pg_catalog.has_table_privilege(m.oid, c.oid, 'MAINTAIN')));
+        IF roles IS NOT NULL THEN
+            RETURN QUERY SELECT 'warning', 'maintain_granted',
+                pg_catalog.format('%s may act as pg_maintain on lockfence''s tables: LOCK TABLE lockfence.fences in a transaction left open holds every fence() and every fenced write off until it ends (no fence changes).', roles),
+                (SELECT pg_catalog.concat_ws(' ',
+                     (SELECT pg_catalog.format('REVOKE pg_maintain FROM %s;',
+                                               pg_catalog.string_agg(pg_catalog.quote_ident(g.rolname), ', ' ORDER BY g.rolname))
+                        FROM pg_catalog.pg_auth_members a
+                        JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) a.member
+                       WHERE a.roleid OPERATOR(pg_catalog.=) 'pg_maintain'::pg_catalog.regrole
+                      HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0),
+                     (SELECT pg_catalog.string_agg(pg_catalog.format('REVOKE MAINTAIN ON %s FROM %s;',
+                                                                     x.oid::pg_catalog.regclass,
+                                                                     CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                                                          ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END),
+                                                   ' ' ORDER BY x.oid, x.grantee)
+                        FROM (SELECT DISTINCT c.oid, e.grantee
+                                FROM pg_catalog.pg_class c,
+                                     LATERAL pg_catalog.aclexplode(c.relacl) e
+                               WHERE c.relnamespace OPERATOR(pg_catalog.=) 'lockfence'::pg_catalog.regnamespace
+                                 AND c.relkind OPERATOR(pg_catalog.=) 'r'
+                                 AND e.privilege_type OPERATOR(pg_catalog.=) 'MAINTAIN'
+                                 AND e.grantee OPERATOR(pg_catalog.<>) c.relowner) x)));
+        END IF;
+    END IF;
+
     -- A session with session_replication_role = replica writes without
     -- firing the triggers.  Superusers may set it; so may roles a
     -- superuser let (GRANT SET ON PARAMETER, inherited by their members),

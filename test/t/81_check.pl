@@ -7,7 +7,7 @@
 # while the event triggers were disabled, a partition that missed its
 # TRUNCATE trigger, a row trigger dropped while the TRUNCATE trigger
 # stays, fence_trigger() replaced, an event trigger not enabled as created,
-# lockfence.fences altered,
+# lockfence.fences altered, roles that may lock it (pg_maintain, 17+),
 # a publication of lockfence.fences, etcd down or without a leader, and a
 # standby.
 
@@ -266,6 +266,58 @@ DROP ROLE srr_writer;
 SELECT lockfence.reset('wad');
 });
 is(findings(), '', 'the role gone: no rows');
+
+# (1.14) pg_maintain (PostgreSQL 17 and later), and MAINTAIN granted on a
+# table of lockfence, may lock lockfence.fences, holding every fence() off.
+SKIP:
+{
+	skip 'pg_maintain and MAINTAIN are PostgreSQL 17 and later', 9
+	  if $node->safe_psql('postgres', 'SHOW server_version_num') < 170000;
+
+	my $lock_as = sub {
+		my ($role) = @_;
+		my ($ret, $out, $err) = $node->psql('postgres', qq{
+SET ROLE $role;
+BEGIN;
+LOCK TABLE lockfence.fences IN ACCESS EXCLUSIVE MODE;
+COMMIT;
+});
+		return $ret == 0 ? 'locked' : $err =~ /permission denied/ ? 'denied' : $err;
+	};
+	$node->safe_psql('postgres', q{
+CREATE ROLE srr_maint LOGIN;
+CREATE ROLE "srr maint inner" LOGIN IN ROLE srr_maint;
+CREATE ROLE srr_grantee LOGIN;
+GRANT pg_maintain TO srr_maint;
+});
+	is($lock_as->('"srr maint inner"'), 'locked',
+		'a member of a member of pg_maintain locks lockfence.fences');
+	is(findings(), 'warning maintain_granted', '... which check() reports');
+	like(detail_of('maintain_granted'),
+		qr/^"srr maint inner", srr_maint may act as pg_maintain on lockfence's tables: LOCK TABLE lockfence\.fences .* \| REVOKE pg_maintain FROM srr_maint;$/,
+		'... naming both roles, and the direct grant to revoke');
+
+	$node->safe_psql('postgres', q{
+REVOKE pg_maintain FROM srr_maint;
+GRANT MAINTAIN ON lockfence.fences TO srr_grantee;
+});
+	is($lock_as->('"srr maint inner"'), 'denied', 'revoked: no lock');
+	is($lock_as->('srr_grantee'), 'locked',
+		'MAINTAIN granted on lockfence.fences: the grantee locks it');
+	is(findings(), 'warning maintain_granted', '... which check() reports');
+	like(detail_of('maintain_granted'),
+		qr/^srr_grantee may act as pg_maintain .* \| REVOKE MAINTAIN ON lockfence\.fences FROM srr_grantee;$/,
+		'... and the grant to revoke');
+
+	$node->safe_psql('postgres', q{
+REVOKE MAINTAIN ON lockfence.fences FROM srr_grantee;
+});
+	is($lock_as->('srr_grantee'), 'denied', 'revoked: no lock');
+	$node->safe_psql('postgres', q{
+DROP ROLE "srr maint inner", srr_maint, srr_grantee;
+});
+	is(findings(), '', 'revoked: no rows');
+}
 
 # A BEFORE ROW trigger ahead of the fence whose function another role owns.
 # (The table is the superuser's, the function an application role's.)
