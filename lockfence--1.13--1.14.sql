@@ -607,7 +607,7 @@ BEGIN
                       AND a.grantee <> p.proowner)) THEN
         IF NOT pg_catalog.has_function_privilege('lockfence.etcd_status(integer)', 'EXECUTE') THEN
             RETURN QUERY SELECT 'info', 'etcd_not_probed',
-                'lockfence.etcd_endpoints is set, but this role may not call lockfence.etcd_status(), so etcd was not probed.',
+                'etcd is in use here (lockfence.etcd_endpoints is set, or an etcd lock function was granted), but this role may not call lockfence.etcd_status(), so etcd was not probed.',
                 'Run lockfence.check() as a role granted EXECUTE on lockfence.etcd_status(integer).';
         ELSE
             BEGIN
@@ -693,3 +693,15 @@ BEGIN
     END IF;
 END
 $$;
+
+-- (1.14) Object comments that said less than the functions do (a review):
+-- fence() raises LF003 and LF004 too; the drop guard lets DROP TRIGGER
+-- through; lease_release() is false for a lease released already.
+COMMENT ON FUNCTION lockfence.fence(text, bigint, text) IS
+    'Accept token for resource in this transaction, or raise LF001 (a lower token, or the same one under another holder), LF003 (its lease lost) or LF004 (the floor not raised)';
+COMMENT ON FUNCTION lockfence.fence(text[], bigint, text) IS
+    'Accept token for every resource in this transaction, in byte order, all or nothing, or raise the first rejected one''s error (LF001, LF003, LF004), naming it';
+COMMENT ON FUNCTION lockfence.guard_drop() IS
+    'Refuse to drop lockfence, or what a lockfence trigger depends on, while tables are protected by it';
+COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
+    'End a lease at once; false when it had expired, was taken over or was released already';

@@ -58,7 +58,7 @@ AS 'MODULE_PATHNAME', 'lockfence_fence'
 LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION lockfence.fence(text, bigint, text) IS
-    'Accept token for resource in this transaction, or raise SQLSTATE LF001';
+    'Accept token for resource in this transaction, or raise LF001 (a lower token, or the same one under another holder), LF003 (its lease lost) or LF004 (the floor not raised)';
 
 CREATE FUNCTION lockfence.try_fence(resource text, token bigint,
                                     holder text DEFAULT NULL)
@@ -100,7 +100,7 @@ AS 'MODULE_PATHNAME', 'lockfence_fence_many'
 LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION lockfence.fence(text[], bigint, text) IS
-    'Accept token for every resource in this transaction, in byte order, all or nothing, or raise SQLSTATE LF001 naming the first rejected one';
+    'Accept token for every resource in this transaction, in byte order, all or nothing, or raise the first rejected one''s error (LF001, LF003, LF004), naming it';
 
 CREATE FUNCTION lockfence.try_fence(resources text[], token bigint,
                                     holder text DEFAULT NULL)
@@ -1416,7 +1416,7 @@ AS 'MODULE_PATHNAME', 'lockfence_guard_drop'
 LANGUAGE C;
 
 COMMENT ON FUNCTION lockfence.guard_drop() IS
-    'Refuse to drop lockfence, or a lockfence trigger, while tables are protected by it';
+    'Refuse to drop lockfence, or what a lockfence trigger depends on, while tables are protected by it';
 
 CREATE EVENT TRIGGER lockfence_guard_drop ON ddl_command_start
     WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED',
@@ -2116,7 +2116,7 @@ BEGIN
                       AND a.grantee <> p.proowner)) THEN
         IF NOT pg_catalog.has_function_privilege('lockfence.etcd_status(integer)', 'EXECUTE') THEN
             RETURN QUERY SELECT 'info', 'etcd_not_probed',
-                'lockfence.etcd_endpoints is set, but this role may not call lockfence.etcd_status(), so etcd was not probed.',
+                'etcd is in use here (lockfence.etcd_endpoints is set, or an etcd lock function was granted), but this role may not call lockfence.etcd_status(), so etcd was not probed.',
                 'Run lockfence.check() as a role granted EXECUTE on lockfence.etcd_status(integer).';
         ELSE
             BEGIN
@@ -2570,7 +2570,7 @@ AS 'MODULE_PATHNAME', 'lockfence_lease_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION lockfence.lease_release(text, bigint) IS
-    'End a lease at once; false when it had expired or was taken over';
+    'End a lease at once; false when it had expired, was taken over or was released already';
 
 -- privileges (issue 17, item 12)
 --

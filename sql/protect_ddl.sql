@@ -117,6 +117,15 @@ ALTER TABLE ONLY lp1 ALTER COLUMN tok SET DEFAULT 5;
 \echo :LAST_ERROR_SQLSTATE
 ALTER TABLE lp ALTER COLUMN tok SET DEFAULT 5;
 \echo :LAST_ERROR_SQLSTATE
+-- the hint's command names the table with its schema: it works whatever
+-- the search_path (1.14)
+CREATE SCHEMA "hint S";
+CREATE TABLE "hint S"."My T" (id int, tok bigint DEFAULT 1);
+SELECT lockfence.protect('"hint S"."My T"', resource => 'hs', token_column => 'tok');
+ALTER TABLE "hint S"."My T" ALTER COLUMN tok DROP DEFAULT;
+SELECT lockfence.protect('"hint S"."My T"', resource => 'hs', token_column => 'tok');
+SELECT lockfence.unprotect('"hint S"."My T"');
+DROP SCHEMA "hint S" CASCADE;
 
 -- 3. ATTACH PARTITION of a table holding rows written without tokens
 CREATE TABLE ap (id int, v int) PARTITION BY LIST (id);

@@ -250,12 +250,22 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
  * for the writer's token on every INSERT that leaves the column out, and
  * would advance the fence past the real lock holder's token.
  */
+/*
+ * The table's name as a command in a hint must give it: schema-qualified,
+ * so that the command works whatever the search_path.
+ */
+static char *
+table_name_for_hint(Relation rel)
+{
+	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
+}
+
 static void
 fence_trigger_check_token_source(Relation rel, Form_pg_attribute att,
 								 const char *key)
 {
 	const char *column = NameStr(att->attname);
-	const char *relname = RelationGetRelationName(rel);
 
 	if (att->attgenerated != '\0')
 		ereport(ERROR,
@@ -270,7 +280,7 @@ fence_trigger_check_token_source(Relation rel, Form_pg_attribute att,
 						column, key),
 				 errdetail("A value the database supplies is not the writer's fencing token."),
 				 errhint("Use a plain bigint column that only the writer sets: ALTER TABLE %s ALTER COLUMN %s DROP IDENTITY.",
-						 quote_identifier(relname), quote_identifier(column))));
+						 table_name_for_hint(rel), quote_identifier(column))));
 	if (att->atthasdef)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
@@ -278,7 +288,7 @@ fence_trigger_check_token_source(Relation rel, Form_pg_attribute att,
 						column, key),
 				 errdetail("A value the database supplies is not the writer's fencing token."),
 				 errhint("Use a plain bigint column that only the writer sets: ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT.",
-						 quote_identifier(relname), quote_identifier(column))));
+						 table_name_for_hint(rel), quote_identifier(column))));
 }
 
 static void

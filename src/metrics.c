@@ -38,6 +38,7 @@
 #include "utils/timestamp.h"
 
 #include "floor_state.h"
+#include "lockfence.h"
 #include "metrics.h"
 #include "shmem_hooks.h"
 
@@ -144,7 +145,12 @@ typedef struct LockfenceMetricsShared
 	RejectedResource resources[LOCKFENCE_METRICS_TOP_RESOURCES];
 } LockfenceMetricsShared;
 
-/* Values of lockfence.log_rejections; 0 is "off". */
+/*
+ * Values of lockfence.log_rejections; 0 is "off".  "log" is
+ * LOG_SERVER_ONLY: a session that sets client_min_messages = log gets no
+ * copy (the docs promise the server log only; info and above reach the
+ * client).
+ */
 #define LF_LOG_OFF	0
 
 static const struct config_enum_entry log_rejections_options[] = {
@@ -154,7 +160,7 @@ static const struct config_enum_entry log_rejections_options[] = {
 	{"debug2", DEBUG2, false},
 	{"debug1", DEBUG1, false},
 	{"debug", DEBUG2, true},
-	{"log", LOG, false},
+	{"log", LOG_SERVER_ONLY, false},
 	{"info", INFO, false},
 	{"notice", NOTICE, false},
 	{"warning", WARNING, false},
@@ -162,7 +168,7 @@ static const struct config_enum_entry log_rejections_options[] = {
 	{NULL, 0, false}
 };
 
-static int	lockfence_log_rejections = LOG;
+static int	lockfence_log_rejections = LOG_SERVER_ONLY;
 
 /* NULL unless the library was preloaded. */
 static LockfenceMetricsShared *lf_metrics = NULL;
@@ -179,7 +185,7 @@ lockfence_metrics_init(void)
 							 gettext_noop("Each rejection is logged once with the resource, the tokens, "
 										  "application_name and the backend's process ID; \"off\" disables it."),
 							 &lockfence_log_rejections,
-							 LOG,
+							 LOG_SERVER_ONLY,
 							 log_rejections_options,
 							 PGC_SUSET,
 							 0,
@@ -627,6 +633,11 @@ lockfence_read_metrics(PG_FUNCTION_ARGS)
 	int			i;
 
 	lockfence_metrics_require();
+	/*
+	 * floor_required reads lockfence.floor_state, which a parallel worker
+	 * cannot: say so in the name of what was called.
+	 */
+	lockfence_refuse_parallel_mode("lockfence.read_metrics()");
 	InitMaterializedSRF(fcinfo, 0);
 
 	for (i = 0; i < LFC_NUM_COUNTERS; i++)

@@ -307,7 +307,41 @@ SELECT lockfence.fence('logres', 2);});
 is(scalar(rejection_lines(qq{reason=stale_token resource="logres" token=2 highest=9 application_name="lf_app2" pid=$pid\$})),
 	1, 'a rejection raised by fence() is logged once');
 
-# The level applies, and off means off.
+# (1.14) Read in parallel mode (a caller's function wrongly marked
+# PARALLEL RESTRICTED, in a parallel plan): refused, naming what was
+# called (floor_required reads lockfence.floor_state, which needs the
+# latest snapshot).
+($out, $err) = run_sql(q{CREATE TABLE par_items AS SELECT g AS id FROM generate_series(1, 1000) g;
+ANALYZE par_items;
+CREATE FUNCTION metrics_restricted(id int) RETURNS bigint
+LANGUAGE plpgsql PARALLEL RESTRICTED
+AS $$ BEGIN RETURN (SELECT count(*) FROM lockfence.metrics); END $$;
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2;
+EXPLAIN (COSTS OFF) SELECT metrics_restricted(id) FROM par_items WHERE id = 1;
+SELECT metrics_restricted(id) FROM par_items WHERE id = 1;});
+like($out, qr/Gather/, 'a parallel plan');
+like($err,
+	qr/ERROR:  25000: cannot execute lockfence\.read_metrics\(\) during a parallel operation/,
+	'metrics read in parallel mode: 25000, naming lockfence.read_metrics()');
+($out, $err) = run_sql(q{SELECT metrics_restricted(id) > 0 FROM par_items WHERE id = 1;
+DROP FUNCTION metrics_restricted(int);
+DROP TABLE par_items;});
+is($out, 't', '... and read outside it');
+
+# The level applies, and off means off.  At log (the default), the
+# server log only: not the client, even one that asks for LOG messages.
+($out, $err) = run_sql(q{SET application_name = 'lf_cml';
+SET client_min_messages = log;
+SELECT lockfence.try_fence('logres', 3);
+SELECT lockfence.fence('logres', 3);});
+like($err, qr/LF001: stale fencing token/, 'at log, the client gets its error');
+unlike($err, qr/lockfence rejected a write/,
+	'... and no rejection line, though client_min_messages = log');
+is(scalar(rejection_lines(qq{reason=stale_token resource="logres" token=3 highest=9 application_name="lf_cml" })),
+	2, '... which the server log has');
 ($out, $err) = run_sql(q{SET lockfence.log_rejections = warning;
 SELECT lockfence.try_fence('logres', 4);});
 like($err, qr/WARNING:  LF001: lockfence rejected a write: reason=stale_token resource="logres" token=4/,
