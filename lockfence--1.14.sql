@@ -1568,9 +1568,19 @@ BEGIN
     BEGIN
         PERFORM FROM lockfence.read_metrics() LIMIT 1;
     EXCEPTION WHEN object_not_in_prerequisite_state THEN
-        RETURN QUERY SELECT 'warning', 'not_preloaded',
-            'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
-            'Add lockfence to shared_preload_libraries and restart the server.';
+        -- (1.14) On a Citus node it is an error: the guard that refuses
+        -- TRUNCATE of a protected table's shard is a hook, installed when
+        -- the library loads, and a session that has not loaded it (one
+        -- that only truncates) has none.
+        IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+            RETURN QUERY SELECT 'error', 'not_preloaded',
+                'lockfence is not in shared_preload_libraries of this Citus node: a session that has not loaded lockfence may TRUNCATE a protected table''s shard here without a token (the guard is a hook the library installs when it loads), and the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
+                'Add lockfence to shared_preload_libraries, after citus, and restart the server.';
+        ELSE
+            RETURN QUERY SELECT 'warning', 'not_preloaded',
+                'lockfence is not in shared_preload_libraries: the metrics (lockfence.metrics, lockfence.rejections, lockfence.histograms) are not collected.',
+                'Add lockfence to shared_preload_libraries and restart the server.';
+        END IF;
     END;
 
     -- (1.11) A library older than this SQL (an older release installed

@@ -844,4 +844,30 @@ like(q1($coord, q{SELECT severity || ' ' || finding || ' ' || detail FROM lockfe
 	qr/^info citus_node Citus node 127\.0\.0\.1:\Q${\ $w1->port}\E checked.*\nerror citus_node_unchecked lockfence\.check\(\) failed on Citus node 127\.0\.0\.1:\Q${\ $w2->port}\E/s,
 	'with a worker down, check() on the coordinator reports it unchecked (error) and still checks the other');
 
+# (1.14) The shard TRUNCATE guard is a hook the library installs when it
+# loads: on a node that does not preload lockfence, a session that only
+# truncates has none.  check() reports not_preloaded as an error there
+# (a warning elsewhere: the metrics alone).
+# A shard of orders on worker 1 without a TRUNCATE trigger (Citus copies
+# none to a shard it creates; a split's are the exception).
+my $w1_oshard = q1($w1, q{SET citus.override_table_visibility = off;
+SELECT min(c.relname) FROM pg_class c
+ WHERE c.relname ~ '^orders_[0-9]+$' AND c.relkind = 'r'
+   AND NOT EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND (t.tgtype & 32) <> 0)});
+like($w1_oshard, qr/^orders_\d+$/, 'a shard of orders on worker 1 without a TRUNCATE trigger');
+$w1->adjust_conf('postgresql.conf', 'shared_preload_libraries', "'citus'");
+$w1->restart;
+is(q1($w1, q{SELECT severity || ' ' || finding || ': ' || hint FROM lockfence.check() WHERE finding = 'not_preloaded'}),
+	'error not_preloaded: Add lockfence to shared_preload_libraries, after citus, and restart the server.',
+	'a Citus node without lockfence preloaded: not_preloaded is an error');
+like(q1($coord, q{SELECT severity || ' ' || detail FROM lockfence.check() WHERE finding = 'not_preloaded'}),
+	qr/^error Citus node 127\.0\.0\.1:\Q${\ $w1->port}\E: lockfence is not in shared_preload_libraries of this Citus node: a session that has not loaded lockfence may TRUNCATE/,
+	'... which check() on the coordinator reports, naming the node');
+is(q1($w1, "SET citus.enable_manual_changes_to_shards = on; TRUNCATE $w1_oshard; SELECT count(*) FROM $w1_oshard"),
+	'0', '... and why: a session that has not loaded lockfence there empties the shard');
+$w1->adjust_conf('postgresql.conf', 'shared_preload_libraries', "'citus,lockfence'");
+$w1->restart;
+is(q1($w1, q{SELECT count(*) FROM lockfence.check() WHERE finding = 'not_preloaded'}),
+	'0', 'preloaded again: no finding');
+
 done_testing();
