@@ -108,6 +108,20 @@ SELECT count(*) AS leases_left FROM lockfence.fences
 SELECT lockfence.fence('al', 5000, 'etcd-holder');
 SELECT token FROM lockfence.lease_try_acquire('al', '1 hour', 'h2');
 
+-- (1.14) a fence row below the global floor (on Citus: a promoted
+-- worker's row between its node's floor record and the coordinator's
+-- raise of the rows; here written by hand) takes no token below the floor,
+-- and a lease of it starts above the floor
+SELECT lockfence.fence('rb', 5000, 'old');
+UPDATE lockfence.fences SET token = 5 WHERE resource = 'rb';
+SELECT lockfence.fence('rb', 6, 'old');
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.try_fence('rb', 4999, 'old');
+SELECT lockfence.fence('rb', 5000, 'new');
+SELECT lockfence.fence('below', 5001);
+UPDATE lockfence.fences SET token = 7 WHERE resource = 'below';
+SELECT token FROM lockfence.lease_try_acquire('below', '1 hour', 'h');
+
 -- end the leases still held (a drop refuses them, 55006: created again,
 -- the extension would grant their tokens again)
 SELECT lockfence.lease_release(resource, token) FROM lockfence.fences

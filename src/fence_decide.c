@@ -48,7 +48,9 @@ fence_holders_conflict(const char *recorded, const char *presented)
  * A holder conflict and a lease that ended are reported before a missing
  * advance: they are the verdicts fence() gives for that token, and
  * fencing first, which a missing advance asks for, would not help.  A name without a row takes its
- * first token only at or above the failover floor.
+ * first token only at or above the failover floor; (1.14) a name with one
+ * too, a row below the floor being one the floor's raise has not reached
+ * yet (floor_state.c).
  */
 FenceAction
 fence_decide(const FenceRow *row, int64 token, const char *holder,
@@ -73,6 +75,8 @@ fence_decide(const FenceRow *row, int64 token, const char *holder,
 
 	if (token < row->token)
 		outcome->verdict = FENCE_STALE;
+	else if (unlikely(lockfence_kept_floor_rejects(token, outcome)))
+		return FENCE_ACTION_REFUSE;
 	else if (token > row->token)
 	{
 		outcome->verdict = FENCE_ACCEPTED;

@@ -349,11 +349,9 @@ lockfence_failover_floor(void)
 	return guard_state.floor;
 }
 
-bool
-lockfence_failover_floor_rejects(int64 token, FenceOutcome *outcome)
+static bool
+floor_rejects(int64 token, int64 floor, FenceOutcome *outcome)
 {
-	int64		floor = lockfence_failover_floor();
-
 	if (token >= floor)
 		return false;
 	outcome->verdict = FENCE_STALE;
@@ -362,6 +360,31 @@ lockfence_failover_floor_rejects(int64 token, FenceOutcome *outcome)
 	outcome->leased = false;
 	outcome->lease_expires_at = 0;
 	return true;
+}
+
+bool
+lockfence_failover_floor_rejects(int64 token, FenceOutcome *outcome)
+{
+	return floor_rejects(token, lockfence_failover_floor(), outcome);
+}
+
+/*
+ * A resource that has a fence row is below the floor too.  On one server
+ * raise_floor() lifts the rows with the floor, in one transaction, so a
+ * row is never below it; on Citus each other node records the floor in a
+ * transaction of its own, first, and its rows are raised by the
+ * coordinator's UPDATE, which commits later, or not at all when another
+ * node cannot be reached: in between, a promoted worker no longer refused
+ * (LF004) and a row its promotion rolled back took tokens issued before
+ * the failover (a review, 1.14).  The floor is the one the failover guard
+ * read for this check, which it passed (every check calls
+ * lockfence_failover_guard() first): no lock is needed, since a raise
+ * changes the rows under their resource locks, which the check holds.
+ */
+bool
+lockfence_kept_floor_rejects(int64 token, FenceOutcome *outcome)
+{
+	return floor_rejects(token, guard_state.floor, outcome);
 }
 
 bool

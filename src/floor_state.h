@@ -77,6 +77,12 @@ extern int64 lockfence_failover_floor(void);
 extern bool lockfence_failover_floor_rejects(int64 token,
 											 FenceOutcome *outcome);
 
+/*
+ * For a resource with a fence row: true, with a stale verdict in *outcome,
+ * when token is below the floor the failover guard last read.
+ */
+extern bool lockfence_kept_floor_rejects(int64 token, FenceOutcome *outcome);
+
 /* Is a fenced write refused now (for the floor_required metric)? */
 extern bool lockfence_failover_floor_required(void);
 

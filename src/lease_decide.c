@@ -194,8 +194,13 @@ lease_decide(const char *name, LeaseOp op, const FenceRow *row, int64 token,
 	{
 		if (unexpired)
 			return LEASE_HELD;
-		/* A new name starts above the failover floor (0 when none). */
-		newrow->token = row != NULL ? row->token : lockfence_failover_floor();
+		/*
+		 * A new name starts above the failover floor (0 when none); (1.14)
+		 * so does a name whose row is below it (floor_state.c).
+		 */
+		newrow->token = row != NULL ?
+			Max(row->token, floor_state_cached()->floor) :
+			lockfence_failover_floor();
 		if (newrow->token == PG_INT64_MAX)
 			return LEASE_TOKENS_EXHAUSTED;
 		newrow->token++;

@@ -838,6 +838,47 @@ is($floors->(), '9000,9000,9000', 'every node with lockfence records the floor o
 succeeds($coord, "SELECT citus_remove_node('127.0.0.1', " . $w4->port . ')', 'the inactive node removed');
 $w4->stop('fast');
 
+# (1.14) A worker's standby promoted after a lossy failover.  Its fences
+# are refused (LF004) until the floor is raised; raise_floor() on the
+# coordinator records the floor on each other node first, in a transaction
+# of its own, and raises the rows through Citus after: in between, a row
+# the promotion rolled back took tokens issued before the failover (a
+# review: a stale token and a second holder of a lost one committed).  A
+# row below the node's floor takes no token below it.
+my ($pf) = grep { node_of_shard(shard_of('lockfence.fences', $_))->name eq $w1->name } map { "pf$_" } 0 .. 40;
+ok(defined $pf, 'a resource whose fence shard is on worker 1');
+$w1->backup('pf');
+my $w1s = PostgreSQL::Test::Cluster->new('citus_w1s');
+$w1s->init_from_backup($w1, 'pf', has_streaming => 1);
+# Citus made the node a TLS key; the backup's copy is not 0600 any more.
+chmod 0600, $w1s->data_dir . '/server.key' if -e $w1s->data_dir . '/server.key';
+$w1s->start;
+succeeds($coord, "SELECT lockfence.fence('$pf', 9005, 'A')", 'fenced at 9005 through the coordinator');
+$w1->wait_for_catchup($w1s);
+is(q1($w1s, "SELECT token FROM lockfence.fences WHERE resource = '$pf'"), '9005', 'the standby has 9005');
+$w1s->stop('fast');
+succeeds($coord, "SELECT lockfence.fence('$pf', 9010, 'B')", 'fenced at 9010 while the standby is away');
+$w1->stop('immediate');
+$w1s->start;
+$w1s->promote;
+succeeds($coord,
+	q{SELECT citus_update_node(nodeid, '127.0.0.1', } . $w1s->port . q{) FROM pg_dist_node WHERE nodeport = } . $w1->port,
+	'worker 1 crashed, its standby promoted and put in its place');
+is(q1($w1s, "SELECT token FROM lockfence.fences WHERE resource = '$pf'"), '9005', 'the promoted worker lost 9010');
+refused($coord, "SELECT lockfence.fence('$pf', 9006, 'A')", 'LF004', qr/promoted|floor/,
+	'a fence there is refused until the floor is raised (LF004)');
+# What raise_floor(9100) does on that node first, in a transaction of its own.
+q1($w1s, 'SELECT lockfence.floor_record(9100)');
+refused($coord, "SELECT lockfence.fence('$pf', 9006, 'A')", 'LF001', qr/token 9006 was presented, but token 9100/i,
+	'floor recorded there, rows not raised yet: a token below the floor is stale (LF001)');
+refused($coord, "SELECT lockfence.fence('$pf', 9010, 'C')", 'LF001', qr/token 9010 was presented, but token 9100/i,
+	'... the lost token too, under another holder');
+succeeds($coord, 'SELECT lockfence.raise_floor(9100)', 'raise_floor(9100) on the coordinator');
+is(q1($w1s, "SELECT token FROM lockfence.fences WHERE resource = '$pf'"), '9100', 'the row is raised');
+succeeds($coord, "SELECT lockfence.fence('$pf', 9101, 'D')", 'a token above the floor is accepted');
+$w1 = $w1s;
+@all = ($coord, $w1, $w2);
+
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');
 like(q1($coord, q{SELECT severity || ' ' || finding || ' ' || detail FROM lockfence.check() WHERE finding LIKE 'citus_node%' ORDER BY detail}),
