@@ -245,12 +245,6 @@ fence_trigger_column(Relation rel, const char *key, const char *column,
 }
 
 /*
- * A token column must hold only what the writer put there: a value the
- * database supplies (a generated value, an identity, a default) would pass
- * for the writer's token on every INSERT that leaves the column out, and
- * would advance the fence past the real lock holder's token.
- */
-/*
  * The table's name as a command in a hint must give it: schema-qualified,
  * so that the command works whatever the search_path.
  */
@@ -261,6 +255,12 @@ table_name_for_hint(Relation rel)
 									  RelationGetRelationName(rel));
 }
 
+/*
+ * A token column must hold only what the writer put there: a value the
+ * database supplies (a generated value, an identity, a default) would pass
+ * for the writer's token on every INSERT that leaves the column out, and
+ * would advance the fence past the real lock holder's token.
+ */
 static void
 fence_trigger_check_token_source(Relation rel, Form_pg_attribute att,
 								 const char *key)

@@ -363,20 +363,20 @@ refused($acme_node,
 # the shard once the decoy is renamed (a review: a check by name passed it).
 succeeds($acme_node, [ 'SET citus.enable_ddl_propagation = off', 'CREATE SCHEMA decoy',
 		"CREATE TABLE decoy.orders_$acme_oshard (x int)" ], 'a decoy of the shard\'s name in another schema');
-my $holder = $acme_node->background_psql('postgres', on_error_stop => 0);
-$holder->query_safe("BEGIN; LOCK decoy.orders_$acme_oshard IN ACCESS EXCLUSIVE MODE");
+my $decoy_holder = $acme_node->background_psql('postgres', on_error_stop => 0);
+$decoy_holder->query_safe("BEGIN; LOCK decoy.orders_$acme_oshard IN ACCESS EXCLUSIVE MODE");
 my $truncater = $acme_node->background_psql('postgres', on_error_stop => 0);
 $truncater->query_until(qr/truncating/,
 	"SET search_path = decoy, public;\n\\echo truncating\nTRUNCATE orders_$acme_oshard;\n");
 ok($acme_node->poll_query_until('postgres',
 		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'TRUNCATE orders_%'}),
 	'the TRUNCATE waits for the decoy\'s lock');
-$holder->query_safe("ALTER TABLE decoy.orders_$acme_oshard RENAME TO gone; COMMIT");
+$decoy_holder->query_safe("ALTER TABLE decoy.orders_$acme_oshard RENAME TO gone; COMMIT");
 $truncater->{stderr} = '';
 $truncater->query('SELECT 1');
 like($truncater->{stderr}, qr/ERROR:  cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
 	'once the decoy is renamed, the TRUNCATE finds the shard and is refused');
-$_->quit for ($holder, $truncater);
+$_->quit for ($decoy_holder, $truncater);
 succeeds($acme_node, [ 'SET citus.enable_ddl_propagation = off', 'DROP SCHEMA decoy CASCADE' ], 'the decoy dropped');
 refused($coord, q{DELETE FROM orders WHERE tenant = 'acme'},
 	'LF002', qr/carries no fencing token/, 'an unfenced DELETE through the coordinator is refused');
