@@ -1700,7 +1700,7 @@ BEGIN
         SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname) INTO roles
           FROM pg_catalog.pg_roles m
          WHERE NOT m.rolsuper
-           AND m.rolname OPERATOR(pg_catalog.<>) 'pg_maintain'
+           AND m.rolname OPERATOR(pg_catalog.!~) '^pg_'
            AND (pg_catalog.pg_has_role(m.oid, 'pg_maintain', 'MEMBER')
                 OR EXISTS (SELECT FROM pg_catalog.pg_class c
                             WHERE c.relnamespace OPERATOR(pg_catalog.=) 'lockfence'::pg_catalog.regnamespace
@@ -1716,6 +1716,7 @@ BEGIN
                         FROM pg_catalog.pg_auth_members a
                         JOIN pg_catalog.pg_roles g ON g.oid OPERATOR(pg_catalog.=) a.member
                        WHERE a.roleid OPERATOR(pg_catalog.=) 'pg_maintain'::pg_catalog.regrole
+                         AND NOT g.rolsuper
                       HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0),
                      (SELECT pg_catalog.string_agg(pg_catalog.format('REVOKE MAINTAIN ON %s FROM %s;',
                                                                      x.oid::pg_catalog.regclass,

@@ -376,15 +376,19 @@ lockfence_failover_floor_rejects(int64 token, FenceOutcome *outcome)
  * coordinator's UPDATE, which commits later, or not at all when another
  * node cannot be reached: in between, a promoted worker no longer refused
  * (LF004) and a row its promotion rolled back took tokens issued before
- * the failover (a review, 1.14).  The floor is the one the failover guard
- * read for this check, which it passed (every check calls
- * lockfence_failover_guard() first): no lock is needed, since a raise
- * changes the rows under their resource locks, which the check holds.
+ * the failover (a review, 1.14).  A token at or above the floor the
+ * failover guard read for this check (every check calls
+ * lockfence_failover_guard() first) passes at no cost; one below it is
+ * judged by the floor read again, as for a name without a row, since the
+ * check may have waited for its resource lock while the floor changed
+ * (lowered by hand: a review).
  */
 bool
 lockfence_kept_floor_rejects(int64 token, FenceOutcome *outcome)
 {
-	return floor_rejects(token, guard_state.floor, outcome);
+	if (likely(token >= guard_state.floor))
+		return false;
+	return floor_rejects(token, lockfence_failover_floor(), outcome);
 }
 
 bool
