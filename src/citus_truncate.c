@@ -22,12 +22,13 @@
  * without preloading): the object access hook, which TRUNCATE calls for
  * every table it is about to empty (the tables it names, as it resolved
  * them, their partitions, and with CASCADE the tables referencing them),
- * before any TRUNCATE trigger runs.  So the check sees what TRUNCATE empties, by OID: no name looked
- * up apart from TRUNCATE's own (a first version resolved the names in a
- * utility hook, and a concurrent rename of another table made it check
- * the wrong one: a review), and no user code has run yet.  Citus needs
- * lockfence in shared_preload_libraries on every node anyway
- * (docs/citus.md), so the hook is there.
+ * before any TRUNCATE trigger runs.  So the check sees what TRUNCATE
+ * empties, by OID: no name looked up apart from TRUNCATE's own (a first
+ * version resolved the names in a utility hook, and a concurrent rename
+ * of another table made it check the wrong one: a review), and no user
+ * code has run yet.  Citus needs lockfence in shared_preload_libraries on
+ * every node anyway (docs/citus.md; check() reports a node without it as
+ * an error since 1.14), so the hook is there.
  *
  * IDENTIFICATION
  *	  src/citus_truncate.c
