@@ -40,7 +40,7 @@ PG_MODULE_MAGIC;
  * default_version; test/t/00_release_files.pl checks that they agree).
  * It serves every older one too.
  */
-#define LOCKFENCE_LIBRARY_VERSION "1.14"
+#define LOCKFENCE_LIBRARY_VERSION "1.15"
 
 void		_PG_init(void);
 

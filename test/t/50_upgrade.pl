@@ -26,7 +26,7 @@ use LockfenceTest::Node qw(init_node);
 
 # Every version ever released, oldest first.  A new release adds its
 # predecessor here, and an upgrade script from it.
-my @released = ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13');
+my @released = ('1.0', '1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7', '1.8', '1.9', '1.10', '1.11', '1.12', '1.13', '1.14');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 init_node($node);
