@@ -122,6 +122,13 @@ SELECT lockfence.fence('below', 5001);
 UPDATE lockfence.fences SET token = 7 WHERE resource = 'below';
 SELECT token FROM lockfence.lease_try_acquire('below', '1 hour', 'h');
 
+-- (1.15) the detail of a token below the floor names the floor as such
+-- (it said that the floor "has already been accepted"), for a name
+-- without a row too; a stale token at or above the floor names the fence
+SELECT lockfence.fence('never-fenced', 4999);
+SELECT lockfence.fence('rb', 5001, 'new');
+SELECT lockfence.fence('rb', 5000, 'new');
+
 -- end the leases still held (a drop refuses them, 55006: created again,
 -- the extension would grant their tokens again)
 SELECT lockfence.lease_release(resource, token) FROM lockfence.fences

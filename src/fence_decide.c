@@ -65,6 +65,7 @@ fence_decide(const FenceRow *row, int64 token, const char *holder,
 		outcome->highest_holder = (char *) holder;
 		outcome->leased = false;
 		outcome->lease_expires_at = 0;
+		outcome->below_floor = false;
 		return FENCE_ACTION_INSERT;
 	}
 
@@ -72,6 +73,7 @@ fence_decide(const FenceRow *row, int64 token, const char *holder,
 	outcome->highest_holder = row->holder;
 	outcome->leased = row->leased;
 	outcome->lease_expires_at = row->lease_expires_at;
+	outcome->below_floor = false;
 
 	if (token < row->token)
 		outcome->verdict = FENCE_STALE;

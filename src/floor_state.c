@@ -359,6 +359,7 @@ floor_rejects(int64 token, int64 floor, FenceOutcome *outcome)
 	outcome->highest_holder = NULL;
 	outcome->leased = false;
 	outcome->lease_expires_at = 0;
+	outcome->below_floor = true;
 	return true;
 }
 

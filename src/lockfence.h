@@ -52,7 +52,9 @@ typedef enum FenceVerdict
 typedef struct FenceOutcome
 {
 	FenceVerdict verdict;
-	int64		highest;		/* highest token accepted, after the check */
+	int64		highest;		/* highest token accepted, after the check; for
+								 * a token below the failover floor, the floor */
+	bool		below_floor;	/* stale for being below the failover floor */
 	char	   *highest_holder; /* its holder, or NULL when unknown */
 	bool		leased;			/* highest was granted as a lease (lease.c) */
 	TimestampTz lease_expires_at;	/* if leased: its expiry (-infinity when

@@ -869,9 +869,9 @@ refused($coord, "SELECT lockfence.fence('$pf', 9006, 'A')", 'LF004', qr/promoted
 	'a fence there is refused until the floor is raised (LF004)');
 # What raise_floor(9100) does on that node first, in a transaction of its own.
 q1($w1s, 'SELECT lockfence.floor_record(9100)');
-refused($coord, "SELECT lockfence.fence('$pf', 9006, 'A')", 'LF001', qr/token 9006 was presented, but token 9100/i,
+refused($coord, "SELECT lockfence.fence('$pf', 9006, 'A')", 'LF001', qr/token 9006 is below the failover floor, 9100/i,
 	'floor recorded there, rows not raised yet: a token below the floor is stale (LF001)');
-refused($coord, "SELECT lockfence.fence('$pf', 9010, 'C')", 'LF001', qr/token 9010 was presented, but token 9100/i,
+refused($coord, "SELECT lockfence.fence('$pf', 9010, 'C')", 'LF001', qr/token 9010 is below the failover floor, 9100/i,
 	'... the lost token too, under another holder');
 succeeds($coord, 'SELECT lockfence.raise_floor(9100)', 'raise_floor(9100) on the coordinator');
 is(q1($w1s, "SELECT token FROM lockfence.fences WHERE resource = '$pf'"), '9100', 'the row is raised');
