@@ -41,9 +41,12 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/objectaccess.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
@@ -91,6 +94,7 @@ refuse_shard_truncate(Oid relid)
 {
 	char	   *relname;
 	Oid			table;
+	AclResult	aclresult;
 
 	if (!lockfence_citus_present())
 		return;
@@ -98,13 +102,24 @@ refuse_shard_truncate(Oid relid)
 	if (relname == NULL || !has_fence_row_trigger(relid))
 		return;
 	table = lockfence_citus_shard_owner(relname, get_rel_namespace(relid));
-	if (OidIsValid(table))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot truncate shard \"%s\" of protected table \"%s\"",
-						relname, get_rel_name(table)),
-				 errdetail("TRUNCATE fires no lockfence trigger on a shard: it would empty the shard without a fencing token."),
-				 errhint("Delete the rows with DELETE, which is fenced row by row.")));
+	if (!OidIsValid(table))
+		return;
+
+	/*
+	 * TRUNCATE checks the caller's privilege after this hook: a role that
+	 * may not truncate the shard at all gets PostgreSQL's own error, as it
+	 * would on any other table, not lockfence's.
+	 */
+	aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_TRUNCATE);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, get_relkind_objtype(get_rel_relkind(relid)),
+					   relname);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot truncate shard \"%s\" of protected table \"%s\"",
+					relname, get_rel_name(table)),
+			 errdetail("TRUNCATE fires no lockfence trigger on a shard: it would empty the shard without a fencing token."),
+			 errhint("Delete the rows with DELETE, which is fenced row by row.")));
 }
 
 static void

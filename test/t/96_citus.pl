@@ -347,6 +347,21 @@ refused($acme_node,
 	[ q{SET application_name = 'citus_internal gpid=10000000001'}, "TRUNCATE orders_$acme_oshard" ],
 	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
 	'TRUNCATE of the shard under a Citus-internal application_name is refused (0A000)');
+# (1.15) A role without TRUNCATE privilege on the shard gets PostgreSQL's
+# own 42501, as on any table: the hook runs before TRUNCATE's privilege
+# check, and told such a role 0A000 (the closing note of stop 52).
+refused($acme_node,
+	[
+		'SET citus.enable_ddl_propagation = off',
+		'CREATE ROLE lf_no_truncate',
+		'SET ROLE lf_no_truncate',
+		'SET citus.enable_manual_changes_to_shards = on',
+		"TRUNCATE orders_$acme_oshard"
+	],
+	'42501', qr/permission denied for table orders_\Q$acme_oshard\E/,
+	'TRUNCATE of the shard by a role without the privilege is refused by PostgreSQL (42501)');
+succeeds($acme_node, [ 'SET citus.enable_ddl_propagation = off', 'DROP ROLE lf_no_truncate' ],
+	'the role dropped');
 refused($acme_node,
 	[
 		'SET citus.enable_ddl_propagation = off',
