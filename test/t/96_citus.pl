@@ -894,6 +894,40 @@ succeeds($coord, "SELECT lockfence.fence('$pf', 9101, 'D')", 'a token above the 
 $w1 = $w1s;
 @all = ($coord, $w1, $w2);
 
+# (1.15) The same worker fails over again, losing nothing: its standby
+# has replayed every commit when the worker is killed.  The promoted node
+# refuses fences (LF004) like any promotion, and accept_promotion() run
+# on that worker itself (docs/citus.md) lifts the refusal without a floor:
+# its rows stand, so the current token and holder go on and the tokens
+# below them stay stale (the closing note of stop 52: documented, not
+# tested).
+$w1->backup('lossless');
+my $w1t = PostgreSQL::Test::Cluster->new('citus_w1t');
+$w1t->init_from_backup($w1, 'lossless', has_streaming => 1);
+chmod 0600, $w1t->data_dir . '/server.key' if -e $w1t->data_dir . '/server.key';
+$w1t->start;
+succeeds($coord, "SELECT lockfence.fence('$pf', 9102, 'E')", 'fenced at 9102 through the coordinator');
+$w1->wait_for_catchup($w1t);
+$w1->stop('immediate');
+$w1t->promote;
+succeeds($coord,
+	q{SELECT citus_update_node(nodeid, '127.0.0.1', } . $w1t->port . q{) FROM pg_dist_node WHERE nodeport = } . $w1->port,
+	'worker 1 crashed after its standby replayed everything; the standby promoted and put in its place');
+is(q1($w1t, "SELECT token || ' ' || holder FROM lockfence.fences WHERE resource = '$pf'"), '9102 E',
+	'the promoted worker has 9102');
+refused($coord, "SELECT lockfence.fence('$pf', 9102, 'E')", 'LF004', qr/promoted|floor/,
+	'a fence there is refused until the promotion is accepted (LF004)');
+is(q1($w1t, 'SELECT lockfence.accept_promotion()'), '9100',
+	'accept_promotion() on the promoted worker keeps its floor');
+succeeds($coord, "SELECT lockfence.fence('$pf', 9102, 'E')", 'then the current token and holder are accepted');
+refused($coord, "SELECT lockfence.fence('$pf', 9101, 'D')", 'LF001', qr/token 9101 was presented, but token 9102/i,
+	'... and the token before it is stale (LF001)');
+refused($coord, "SELECT lockfence.fence('$pf', 9102, 'F')", 'LF001', qr/belongs to another holder/,
+	'... and the current token under another holder too');
+succeeds($coord, "SELECT lockfence.fence('$pf', 9103, 'F')", 'a new token is accepted');
+$w1 = $w1t;
+@all = ($coord, $w1, $w2);
+
 # A worker that cannot be checked is an error on the coordinator.
 $w2->stop('fast');
 like(q1($coord, q{SELECT severity || ' ' || finding || ' ' || detail FROM lockfence.check() WHERE finding LIKE 'citus_node%' ORDER BY detail}),
