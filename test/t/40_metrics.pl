@@ -404,6 +404,14 @@ like($perr, qr/stale fencing token/, 'without preloading, a stale token is still
 like(slurp_file($plain->logfile),
 	qr/lockfence rejected a write: reason=stale_token resource="p" token=4 highest=5/,
 	'without preloading, rejections are still logged');
+# (1.15) A token below the failover floor: highest is the floor, for a
+# name never fenced too (docs/monitoring.md).
+$plain->safe_psql('postgres', 'SELECT lockfence.raise_floor(10)');
+is($plain->safe_psql('postgres', "SELECT lockfence.try_fence('never-fenced', 9)"), 'f',
+	'a token below the floor is refused for a name never fenced');
+like(slurp_file($plain->logfile),
+	qr/lockfence rejected a write: reason=stale_token resource="never-fenced" token=9 highest=10 /,
+	'... and logged with the floor as highest');
 foreach my $sql ('SELECT * FROM lockfence.metrics',
 	'SELECT * FROM lockfence.rejections',
 	'SELECT * FROM lockfence.histograms',
