@@ -88,19 +88,16 @@ lockfence_report_rejection(const char *resource, int64 token,
 				 errhint("The lock protecting this resource was lost or handed out twice; acquire it again to get a new token.")));
 
 	/* The floor is the lowest token accepted, not one already accepted. */
-	if (outcome->below_floor)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCKFENCE_STALE_TOKEN),
-				 errmsg("stale fencing token for resource \"%s\"", resource),
-				 errdetail("Token " INT64_FORMAT " is below the failover floor, " INT64_FORMAT ": the lowest token accepted since raise_floor() set it.",
-						   token, outcome->highest),
-				 errhint("The token was issued before the floor was raised; acquire the lock again to get a new token.")));
-
 	ereport(ERROR,
 			(errcode(ERRCODE_LOCKFENCE_STALE_TOKEN),
 			 errmsg("stale fencing token for resource \"%s\"", resource),
+			 outcome->below_floor ?
+			 errdetail("Token " INT64_FORMAT " is below the failover floor, " INT64_FORMAT ": the lowest token accepted since raise_floor() set it.",
+					   token, outcome->highest) :
 			 errdetail("Token " INT64_FORMAT " was presented, but token " INT64_FORMAT " has already been accepted.",
 					   token, outcome->highest),
+			 outcome->below_floor ?
+			 errhint("The token was issued before the floor was raised; acquire the lock again to get a new token.") :
 			 errhint("The lock protecting this resource was lost; acquire it again to get a new token.")));
 }
 
