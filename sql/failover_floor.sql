@@ -128,6 +128,18 @@ SELECT token FROM lockfence.lease_try_acquire('below', '1 hour', 'h');
 SELECT lockfence.fence('never-fenced', 4999);
 SELECT lockfence.fence('rb', 5001, 'new');
 SELECT lockfence.fence('rb', 5000, 'new');
+-- (1.15) and a lease below the floor ended with it, as raise_floor() ends
+-- a lease whose row it raises: renewing it is LF003, releasing it false
+SELECT token FROM lockfence.lease_acquire('lb', '1 hour', 'h');
+UPDATE lockfence.fences SET token = 8 WHERE resource = 'lb';
+SELECT lockfence.lease_renew('lb', 8);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lockfence.lease_release('lb', 8);
+SELECT lease_expires_at > now() AS still_unexpired FROM lockfence.fences
+ WHERE resource = 'lb';
+-- which raise_floor() then ends, raising the row
+SELECT lockfence.raise_floor(5000) > 0 AS raised;
+SELECT token, lease_expires_at FROM lockfence.fences WHERE resource = 'lb';
 
 -- end the leases still held (a drop refuses them, 55006: created again,
 -- the extension would grant their tokens again)

@@ -81,6 +81,7 @@
 #include "fence_lock.h"
 #include "lease.h"
 #include "fence_owner.h"
+#include "floor_state.h"
 #include "lockfence.h"
 #include "metrics.h"
 #include "wait_timeout.h"
@@ -906,6 +907,14 @@ lease_report_lost(const char *name, int64 token, LeaseVerdict verdict,
 					 errdetail("The lease of token " INT64_FORMAT " was released.", token),
 					 errhint("Acquire the lease again to get a new token.")));
 			break;
+		case LEASE_BELOW_FLOOR:
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
+					 errmsg("lease \"%s\" ended with the failover floor", name),
+					 errdetail("Token " INT64_FORMAT " is below the failover floor, " INT64_FORMAT ": the lowest token accepted since raise_floor() set it.",
+							   token, floor_state_cached()->floor),
+					 errhint("Acquire the lease again to get a new token.")));
+			break;
 		case LEASE_EXPIRED:
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCKFENCE_LOCK_LOST),
@@ -944,7 +953,8 @@ lease_renewed_keep_fence(const char *name, int64 token)
  *
  * Extend an unexpired lease by ttl from now (NULL: the TTL it was granted
  * or last renewed with); returns the new expiry, or raises LF003 when the
- * lease expired, was released or was taken over.
+ * lease expired, was released, was taken over or (1.15) ended with the
+ * failover floor.
  */
 Datum
 lockfence_lease_renew(PG_FUNCTION_ARGS)
@@ -978,7 +988,8 @@ lockfence_lease_renew(PG_FUNCTION_ARGS)
  *
  * End the lease at once; its token can no longer be fenced (LF003), and
  * waiters are woken when the transaction commits.  False when the lease
- * had already expired, been released or been taken over.
+ * had already expired, been released or been taken over, or (1.15) ended
+ * with the failover floor.
  */
 Datum
 lockfence_lease_release(PG_FUNCTION_ARGS)

@@ -42,6 +42,8 @@ typedef enum LeaseVerdict
 	LEASE_TOKENS_EXHAUSTED,		/* grant: the token is at its maximum */
 	LEASE_TAKEN_OVER,			/* renew, release: a higher token since */
 	LEASE_RELEASED,				/* renew, release: the lease was released */
+	LEASE_BELOW_FLOOR,			/* renew, release: (1.15) below the failover
+								 * floor, which ended it */
 	LEASE_EXPIRED,				/* renew, release: the lease expired */
 	LEASE_NOT_HELD				/* renew, release: no lease of the token */
 } LeaseVerdict;

@@ -220,6 +220,19 @@ lease_decide(const char *name, LeaseOp op, const FenceRow *row, int64 token,
 		return LEASE_NOT_HELD;
 	if (row->lease_expires_at == DT_NOBEGIN)
 		return LEASE_RELEASED;
+
+	/*
+	 * (1.15) The failover floor ends a lease below it, as raise_floor() ends
+	 * one whose row it raises; on Citus a node records the floor before the
+	 * coordinator raises its rows (floor_state.c), and in between the lease
+	 * was renewed while every write under its token was refused (LF001).
+	 * The floor is the one the failover guard read for this call: the
+	 * fast path judges here with the table open, where it is not read
+	 * again.  A grant still waits for such a lease, until the raise reaches
+	 * its row or it expires.
+	 */
+	if (unlikely(token < floor_state_cached()->floor))
+		return LEASE_BELOW_FLOOR;
 	if (!unexpired)
 		return LEASE_EXPIRED;
 
