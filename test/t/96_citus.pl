@@ -360,7 +360,22 @@ refused($acme_node,
 	],
 	'42501', qr/permission denied for table orders_\Q$acme_oshard\E/,
 	'TRUNCATE of the shard by a role without the privilege is refused by PostgreSQL (42501)');
-succeeds($acme_node, [ 'SET citus.enable_ddl_propagation = off', 'DROP ROLE lf_no_truncate' ],
+refused($acme_node,
+	[
+		'SET citus.enable_ddl_propagation = off',
+		"GRANT TRUNCATE ON orders_$acme_oshard TO lf_no_truncate",
+		'SET ROLE lf_no_truncate',
+		'SET citus.enable_manual_changes_to_shards = on',
+		"TRUNCATE orders_$acme_oshard"
+	],
+	'0A000', qr/cannot truncate shard "orders_\Q$acme_oshard\E" of protected table "orders"/,
+	'... and once granted the privilege, by lockfence (0A000)');
+succeeds($acme_node,
+	[
+		'SET citus.enable_ddl_propagation = off',
+		"REVOKE TRUNCATE ON orders_$acme_oshard FROM lf_no_truncate",
+		'DROP ROLE lf_no_truncate'
+	],
 	'the role dropped');
 refused($acme_node,
 	[
